@@ -1,0 +1,45 @@
+"""kokoro_lstm: fast, exact LSTM inference on CPU.
+
+- ``LSTM`` / ``lstm_forward``: torch.nn.LSTM semantics over NumPy buffers on
+  the C engine (OpenBLAS input projection, SIMD recurrent kernels, GIL released).
+- ``reference``: the float64 NumPy oracle.
+- ``kokoro_lstm.torch_ops`` (imports torch) and ``kokoro_lstm.tvm`` (imports
+  TVM) are integrations, imported only when asked for.
+"""
+
+
+def _preload_blas():
+    """The scipy-openblas32 build links libscipy_openblas without an install
+    path: load it first, as NumPy does with its own OpenBLAS."""
+    try:
+        from ._build_config import BLAS
+    except ImportError:  # built by other means (e.g. the Makefile's C tests)
+        return
+    if BLAS == "scipy-openblas32":
+        import ctypes
+        import os
+
+        import scipy_openblas32
+
+        lib = os.path.join(scipy_openblas32.get_lib_dir(), f"lib{scipy_openblas32.get_library()}.so")
+        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+
+
+_preload_blas()
+
+from . import _core  # noqa: E402
+from .numpy_api import LSTM, default_num_threads, lstm_forward  # noqa: E402
+
+
+def build_info() -> dict:
+    """What this build uses: BLAS, detected and active ISA, bfloat16 support."""
+    return {
+        "blas": _core.blas_name(),
+        "isa_detected": _core.detected_isa(),
+        "isa_active": _core.get_isa(),
+        "avx512_bf16": _core.has_avx512bf16(),
+    }
+
+
+__all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info"]
+__version__ = "0.1.0"

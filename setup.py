@@ -1,0 +1,116 @@
+"""Build of the kokoro_lstm._core extension.
+
+BLAS is OpenBLAS, chosen by KOKORO_LSTM_BLAS:
+  auto (default)     the system OpenBLAS through pkg-config (Debian: libopenblas-dev),
+                     else the scipy-openblas32 wheel
+  system             pkg-config's openblas, or fail
+  scipy-openblas32   the wheel (symbols prefixed scipy_; preloaded at import)
+ISA kernels get their own flags by file name (*-avx2fma.c, *-avx512f.c,
+*-avx512bf16.c); nothing is built with -march=native.
+"""
+import glob
+import os
+import shlex
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+ISA_FLAGS = {
+    "-avx2fma.c": ["-mavx2", "-mfma"],
+    "-avx512f.c": ["-mavx512f", "-mfma"],
+    "-avx512bf16.c": ["-mavx512f", "-mavx512bf16", "-mfma"],
+}
+WARN = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-O2", "-fno-math-errno",
+        "-ffp-contract=off", "-pthread"]
+
+
+def _pkg_config_openblas():
+    try:
+        cflags = subprocess.run(["pkg-config", "--cflags", "openblas"], check=True,
+                                capture_output=True, text=True).stdout
+        libs = subprocess.run(["pkg-config", "--libs", "openblas"], check=True,
+                              capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    inc = [f[2:] for f in shlex.split(cflags) if f.startswith("-I")]
+    libdirs = [f[2:] for f in shlex.split(libs) if f.startswith("-L")]
+    names = [f[2:] for f in shlex.split(libs) if f.startswith("-l")]
+    return dict(include_dirs=inc, library_dirs=libdirs, libraries=names,
+                runtime_library_dirs=libdirs, define_macros=[], blas="system")
+
+
+def _scipy_openblas():
+    try:
+        import scipy_openblas32 as so
+    except ImportError:
+        return None
+    return dict(include_dirs=[so.get_include_dir()], library_dirs=[so.get_lib_dir()],
+                libraries=[so.get_library()], runtime_library_dirs=[so.get_lib_dir()],
+                define_macros=[("KL_BLAS_SCIPY", "1")], blas="scipy-openblas32")
+
+
+def find_blas():
+    choice = os.environ.get("KOKORO_LSTM_BLAS", "auto")
+    if choice not in ("auto", "system", "scipy-openblas32"):
+        sys.exit(f"KOKORO_LSTM_BLAS must be auto, system or scipy-openblas32, not {choice!r}")
+    found = None
+    if choice in ("auto", "system"):
+        found = _pkg_config_openblas()
+    if found is None and choice in ("auto", "scipy-openblas32"):
+        found = _scipy_openblas()
+    if found is None:
+        sys.exit("kokoro_lstm needs OpenBLAS: install libopenblas-dev (pkg-config openblas) "
+                 "or the scipy-openblas32 wheel (KOKORO_LSTM_BLAS=" + choice + ")")
+    return found
+
+
+class BuildExt(build_ext):
+    """Adds NumPy's headers and per-ISA flags; records which BLAS was used."""
+
+    def build_extensions(self):
+        import numpy as np
+        for ext in self.extensions:
+            ext.include_dirs.append(np.get_include())
+        original = self.compiler._compile
+
+        def _compile(obj, src, ext, cc_args, extra_postargs, pp_opts):
+            flags = [f for suffix, fl in ISA_FLAGS.items() if src.endswith(suffix) for f in fl]
+            return original(obj, src, ext, cc_args, list(extra_postargs) + flags, pp_opts)
+
+        self.compiler._compile = _compile
+        try:
+            super().build_extensions()
+        finally:
+            self.compiler._compile = original
+        self._write_build_config()
+
+    def _write_build_config(self):
+        text = f'"""Written by setup.py at build time."""\nBLAS = {BLAS["blas"]!r}\n'
+        for base in {os.path.join(ROOT, "kokoro_lstm"), os.path.join(self.build_lib, "kokoro_lstm")}:
+            if os.path.isdir(base):
+                with open(os.path.join(base, "_build_config.py"), "w") as f:
+                    f.write(text)
+
+
+BLAS = find_blas()
+sources = sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")) + ["src/python/module.c"]
+if not any(s.endswith("-avx512f.c") for s in sources):
+    raise SystemExit("kernel sources missing")
+
+ext = Extension(
+    "kokoro_lstm._core",
+    sources=sources,
+    include_dirs=["src/include", "src/core", "src/kernels"] + BLAS["include_dirs"],
+    library_dirs=BLAS["library_dirs"],
+    libraries=BLAS["libraries"],
+    runtime_library_dirs=BLAS["runtime_library_dirs"],
+    define_macros=BLAS["define_macros"],
+    extra_compile_args=WARN,
+    extra_link_args=["-pthread"],
+    depends=glob.glob("src/include/*.h") + glob.glob("src/core/*.h") + glob.glob("src/kernels/*.h"),
+)
+
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})

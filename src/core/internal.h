@@ -1,0 +1,113 @@
+/* Internal declarations shared by the core and the kernels. Not installed. */
+#ifndef KL_INTERNAL_H
+#define KL_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kokoro_lstm.h"
+
+/* Recurrent weights are packed in panels of KL_NR hidden units. Each gate
+ * block of the input-projection output is padded to Hp = round_up(H, KL_NR). */
+#define KL_NR 16
+
+static inline size_t kl_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+/* One batch element's view of a recurrent step.
+ *   gx:    precomputed input gates of this direction, [4][Hp] (i, f, g, o)
+ *   h:     h_{t-1}, R values
+ *   c:     cell state [Hp], updated in place for the kernel's units
+ *   h_out: o * tanh(c) [Hp], written for the kernel's units                 */
+typedef struct kl_cell_row {
+  const void* gx;
+  const void* h;
+  void* c;
+  void* h_out;
+} kl_cell_row;
+
+/* Cell micro-kernel: units [blk0*KL_NR, blk1*KL_NR) for nb batch elements.
+ * w: packed W_hh panels (layout depends on the weight type, see lstm.c);
+ * bias: [4][Hp] b_ih + b_hh. */
+typedef void (*kl_lstmcell_ukernel_fn)(size_t R, size_t Hp, size_t blk0, size_t blk1,
+                                       const void* w, const void* bias, size_t nb,
+                                       const kl_cell_row* rows);
+
+/* Projection micro-kernel: h_out[p] = sum_j W_hr[p, j] * h_in[j] for output
+ * rows [blk0*KL_NR, blk1*KL_NR); h_in has H values, h_out is [Pp]. */
+typedef void (*kl_lstmproj_ukernel_fn)(size_t H, size_t blk0, size_t blk1, const void* w,
+                                       size_t nb, const void* const* h_in, void* const* h_out);
+
+/* Vector activation over n floats. */
+typedef void (*kl_f32_vunary_fn)(size_t n, const float* x, float* y);
+
+/* Kernel table: one entry per weight type, filled once per ISA. */
+typedef struct kl_kernels {
+  kl_lstmcell_ukernel_fn cell;
+  kl_lstmproj_ukernel_fn proj;
+} kl_kernels;
+
+/* Weight types of the packed recurrent panels. */
+typedef enum kl_wtype { KL_W_F32 = 0, KL_W_F64 = 1, KL_W_BF16 = 2 } kl_wtype;
+
+/* Picks the kernels for a weight type under the active ISA. */
+kl_kernels kl_select_kernels(kl_wtype wt);
+/* The active ISA's float32 activations. */
+kl_f32_vunary_fn kl_select_vsigmoid(void);
+kl_f32_vunary_fn kl_select_vtanh(void);
+
+/* ---- thread pool (threadpool.c) ---- */
+typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
+/* Runs fn(ctx, i, nth) for i in [0, nth) on the persistent pool; the caller
+ * runs i == 0. Returns KL_ERR_THREAD if workers could not be started. */
+kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx);
+
+/* Spin barrier for a fixed group of threads (one per direction group). */
+typedef struct kl_barrier {
+  _Alignas(64) atomic_int count;
+  _Alignas(64) atomic_int phase;
+  int n;
+} kl_barrier;
+void kl_barrier_init(kl_barrier* b, int n);
+void kl_barrier_wait(kl_barrier* b);
+
+/* ---- kernels ---- */
+#define KL_DECLARE_ISA(isa)                                                                  \
+  void kl_f32_lstmcell_ukernel__##isa(size_t, size_t, size_t, size_t, const void*,           \
+                                      const void*, size_t, const kl_cell_row*);              \
+  void kl_f32_lstmproj_ukernel__##isa(size_t, size_t, size_t, const void*, size_t,           \
+                                      const void* const*, void* const*);                     \
+  void kl_bf16_lstmcell_ukernel__##isa(size_t, size_t, size_t, size_t, const void*,          \
+                                       const void*, size_t, const kl_cell_row*);             \
+  void kl_bf16_lstmproj_ukernel__##isa(size_t, size_t, size_t, const void*, size_t,          \
+                                       const void* const*, void* const*);                    \
+  void kl_f32_vsigmoid__##isa(size_t, const float*, float*);                                 \
+  void kl_f32_vtanh__##isa(size_t, const float*, float*);
+
+KL_DECLARE_ISA(scalar)
+#if defined(__x86_64__) || defined(_M_X64)
+#define KL_HAVE_X86 1
+KL_DECLARE_ISA(avx2fma)
+KL_DECLARE_ISA(avx512f)
+void kl_bf16_lstmcell_ukernel__avx512bf16(size_t, size_t, size_t, size_t, const void*,
+                                          const void*, size_t, const kl_cell_row*);
+#endif
+
+void kl_f64_lstmcell_ukernel__scalar(size_t, size_t, size_t, size_t, const void*, const void*,
+                                     size_t, const kl_cell_row*);
+void kl_f64_lstmproj_ukernel__scalar(size_t, size_t, size_t, const void*, size_t,
+                                     const void* const*, void* const*);
+
+/* bfloat16 helpers (round to nearest even; NaN stays NaN). */
+static inline uint16_t kl_f32_to_bf16(float f) {
+  union { float f; uint32_t u; } v = {f};
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+  v.u += 0x7fffu + ((v.u >> 16) & 1u);
+  return (uint16_t)(v.u >> 16);
+}
+static inline float kl_bf16_to_f32(uint16_t h) {
+  union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+  return v.f;
+}
+
+#endif

@@ -1,0 +1,477 @@
+/* LSTM engine: weight packing and the per-layer run.
+ *
+ * Per layer: (1) one BLAS GEMM computes the input gates of every timestep and
+ * both directions, G[T*B, D*4*Hp] = X W_ih^T; (2) the thread pool runs the
+ * recurrence, one fused cell kernel per step (W_hh h + G + bias -> gates ->
+ * c, h), directions in parallel, and within a direction either hidden-unit
+ * blocks (small B, a spin barrier per step) or batch elements (large B) split
+ * across threads. Every output element is computed by the same instruction
+ * sequence whatever the thread count, so results are bitwise reproducible.
+ *
+ * Packed layouts (Hp = round_up(H, 16), Pp = round_up(P, 16)):
+ *   W_ih  [D*4*Hp, I] io type, row d*4*Hp + g*Hp + u (zero rows for u >= H)
+ *   W_hh  f32/f64: [(blk*R + k)*64 + g*16 + lane];  bf16: see bf16-lstmcell-scalar.c
+ *   W_hr  f32/f64: [(blk*H + j)*16 + lane];         bf16: see bf16-lstmcell-scalar.c
+ *   bias  [4*Hp] = b_ih + b_hh
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas.h"
+#include "internal.h"
+
+typedef struct kl_layer {
+  size_t in_size; /* input features of this layer */
+  void* w_ih;     /* packed, io type */
+  void* w_hh[2];  /* panels, weight type */
+  void* bias[2];  /* io type */
+  void* w_hr[2];  /* panels, weight type, or NULL */
+} kl_layer;
+
+struct kl_lstm {
+  kl_lstm_desc desc;
+  int D;
+  size_t H, Hp, R, Rs, P, Pp;
+  size_t esz;  /* io element size */
+  size_t wesz; /* panel element size */
+  kl_wtype wt;
+  kl_kernels k;
+  kl_layer* layers;
+};
+
+const char* kl_status_str(kl_status s) {
+  switch (s) {
+    case KL_OK: return "ok";
+    case KL_ERR_ARG: return "invalid argument";
+    case KL_ERR_NOMEM: return "out of memory";
+    case KL_ERR_THREAD: return "could not start a thread";
+  }
+  return "unknown status";
+}
+
+size_t kl_dtype_io_size(kl_dtype dt) { return dt == KL_F64 ? sizeof(double) : sizeof(float); }
+
+const char* kl_blas_name(void) { return KL_BLAS_NAME; }
+
+const kl_lstm_desc* kl_lstm_get_desc(const kl_lstm* m) { return &m->desc; }
+
+static void* xalloc(size_t bytes) {
+  if (bytes == 0) bytes = 64;
+  void* p = aligned_alloc(64, kl_round_up(bytes, 64));
+  if (p) memset(p, 0, kl_round_up(bytes, 64));
+  return p;
+}
+
+/* Reads element i of an io-typed array as double (packing is not hot). */
+static double ld(const void* a, size_t i, size_t esz) {
+  return esz == sizeof(double) ? ((const double*)a)[i] : (double)((const float*)a)[i];
+}
+static void st(void* a, size_t i, double v, size_t esz) {
+  if (esz == sizeof(double)) ((double*)a)[i] = v;
+  else ((float*)a)[i] = (float)v;
+}
+/* Copies element i of an io-typed array into a weight-typed panel slot. */
+static void pack_one(void* dst, size_t di, kl_wtype wt, const void* src, size_t si, size_t esz) {
+  switch (wt) {
+    case KL_W_F64: ((double*)dst)[di] = ((const double*)src)[si]; break;
+    case KL_W_BF16: ((uint16_t*)dst)[di] = kl_f32_to_bf16(((const float*)src)[si]); break;
+    default: ((float*)dst)[di] = ((const float*)src)[si]; break;
+  }
+  (void)esz;
+}
+
+/* W_hh [4H, R] -> panels. */
+static void* pack_whh(const kl_lstm* m, const void* w) {
+  const size_t H = m->H, R = m->R, nblk = m->Hp / KL_NR;
+  if (m->wt == KL_W_BF16) {
+    const size_t npair = (R + 1) / 2;
+    uint16_t* p = xalloc(nblk * npair * 128 * sizeof(uint16_t));
+    if (!p) return NULL;
+    for (size_t blk = 0; blk < nblk; blk++)
+      for (size_t k = 0; k < R; k++)
+        for (size_t g = 0; g < 4; g++)
+          for (size_t l = 0; l < KL_NR; l++) {
+            const size_t u = blk * KL_NR + l;
+            if (u < H)
+              pack_one(p, ((blk * npair + k / 2) * 4 + g) * 32 + l * 2 + (k & 1), m->wt, w,
+                       (g * H + u) * R + k, m->esz);
+          }
+    return p;
+  }
+  void* p = xalloc(nblk * R * 64 * m->wesz);
+  if (!p) return NULL;
+  for (size_t blk = 0; blk < nblk; blk++)
+    for (size_t k = 0; k < R; k++)
+      for (size_t g = 0; g < 4; g++)
+        for (size_t l = 0; l < KL_NR; l++) {
+          const size_t u = blk * KL_NR + l;
+          if (u < H) pack_one(p, (blk * R + k) * 64 + g * 16 + l, m->wt, w, (g * H + u) * R + k, m->esz);
+        }
+  return p;
+}
+
+/* W_hr [P, H] -> panels. */
+static void* pack_whr(const kl_lstm* m, const void* w) {
+  const size_t H = m->H, P = m->P, nblk = m->Pp / KL_NR;
+  if (m->wt == KL_W_BF16) {
+    const size_t npair = (H + 1) / 2;
+    uint16_t* p = xalloc(nblk * npair * 32 * sizeof(uint16_t));
+    if (!p) return NULL;
+    for (size_t blk = 0; blk < nblk; blk++)
+      for (size_t j = 0; j < H; j++)
+        for (size_t l = 0; l < KL_NR && blk * KL_NR + l < P; l++)
+          pack_one(p, (blk * npair + j / 2) * 32 + l * 2 + (j & 1), m->wt, w,
+                   (blk * KL_NR + l) * H + j, m->esz);
+    return p;
+  }
+  void* p = xalloc(nblk * H * 16 * m->wesz);
+  if (!p) return NULL;
+  for (size_t blk = 0; blk < nblk; blk++)
+    for (size_t j = 0; j < H; j++)
+      for (size_t l = 0; l < KL_NR && blk * KL_NR + l < P; l++)
+        pack_one(p, (blk * H + j) * 16 + l, m->wt, w, (blk * KL_NR + l) * H + j, m->esz);
+  return p;
+}
+
+void kl_lstm_free(kl_lstm* m) {
+  if (!m) return;
+  if (m->layers) {
+    for (int l = 0; l < m->desc.num_layers; l++) {
+      kl_layer* L = &m->layers[l];
+      free(L->w_ih);
+      for (int d = 0; d < 2; d++) {
+        free(L->w_hh[d]);
+        free(L->bias[d]);
+        free(L->w_hr[d]);
+      }
+    }
+    free(m->layers);
+  }
+  free(m);
+}
+
+kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl_lstm** out) {
+  if (!desc || !weights || !out) return KL_ERR_ARG;
+  *out = NULL;
+  if (desc->input_size < 1 || desc->hidden_size < 1 || desc->num_layers < 1 ||
+      (desc->bidirectional != 0 && desc->bidirectional != 1) || desc->proj_size < 0 ||
+      desc->proj_size >= desc->hidden_size || desc->dtype < KL_F32 || desc->dtype > KL_BF16 ||
+      (desc->reverse && desc->bidirectional))
+    return KL_ERR_ARG;
+  const int D = desc->bidirectional ? 2 : 1;
+  for (int i = 0; i < desc->num_layers * D; i++) {
+    if (!weights[i].w_ih || !weights[i].w_hh) return KL_ERR_ARG;
+    if ((weights[i].w_hr != NULL) != (desc->proj_size > 0)) return KL_ERR_ARG;
+  }
+  kl_lstm* m = calloc(1, sizeof(*m));
+  if (!m) return KL_ERR_NOMEM;
+  m->desc = *desc;
+  m->D = D;
+  m->H = (size_t)desc->hidden_size;
+  m->Hp = kl_round_up(m->H, KL_NR);
+  m->P = (size_t)desc->proj_size;
+  m->Pp = kl_round_up(m->P, KL_NR);
+  m->R = m->P ? m->P : m->H;
+  m->Rs = kl_round_up(m->R, KL_NR);
+  m->esz = kl_dtype_io_size(desc->dtype);
+  m->wt = desc->dtype == KL_F64 ? KL_W_F64 : desc->dtype == KL_BF16 ? KL_W_BF16 : KL_W_F32;
+  m->wesz = m->wt == KL_W_F64 ? 8 : m->wt == KL_W_BF16 ? 2 : 4;
+  m->k = kl_select_kernels(m->wt);
+  m->layers = calloc((size_t)desc->num_layers, sizeof(kl_layer));
+  if (!m->layers) goto nomem;
+  const size_t H = m->H, Hp = m->Hp;
+  for (int l = 0; l < desc->num_layers; l++) {
+    kl_layer* L = &m->layers[l];
+    L->in_size = l == 0 ? (size_t)desc->input_size : (size_t)D * m->R;
+    L->w_ih = xalloc((size_t)D * 4 * Hp * L->in_size * m->esz);
+    if (!L->w_ih) goto nomem;
+    for (int d = 0; d < D; d++) {
+      const kl_weights* w = &weights[l * D + d];
+      for (size_t g = 0; g < 4; g++)
+        for (size_t u = 0; u < H; u++)
+          memcpy((char*)L->w_ih + (((size_t)d * 4 * Hp + g * Hp + u) * L->in_size) * m->esz,
+                 (const char*)w->w_ih + ((g * H + u) * L->in_size) * m->esz, L->in_size * m->esz);
+      L->bias[d] = xalloc(4 * Hp * m->esz);
+      if (!L->bias[d]) goto nomem;
+      for (size_t g = 0; g < 4; g++)
+        for (size_t u = 0; u < H; u++) {
+          const double bi = w->b_ih ? ld(w->b_ih, g * H + u, m->esz) : 0.0;
+          const double bh = w->b_hh ? ld(w->b_hh, g * H + u, m->esz) : 0.0;
+          st(L->bias[d], g * Hp + u, bi + bh, m->esz);
+        }
+      L->w_hh[d] = pack_whh(m, w->w_hh);
+      if (!L->w_hh[d]) goto nomem;
+      if (m->P) {
+        L->w_hr[d] = pack_whr(m, w->w_hr);
+        if (!L->w_hr[d]) goto nomem;
+      }
+    }
+  }
+  *out = m;
+  return KL_OK;
+nomem:
+  kl_lstm_free(m);
+  return KL_ERR_NOMEM;
+}
+
+/* ---- run ---------------------------------------------------------------- */
+
+typedef struct run_ctx {
+  const kl_lstm* m;
+  const kl_layer* L;
+  int64_t T, B;
+  const int64_t* len; /* [B] */
+  const int32_t* ord; /* [B], batch indices by decreasing length */
+  /* input gates */
+  const char* G;
+  size_t ldg;
+  int64_t gt, gb; /* row of (t, b) = t*gt + b*gb */
+  /* layer output */
+  char* out;
+  int64_t out_st, out_sb;
+  /* per-direction state, io type */
+  char* hbuf[2];  /* [2][B][Rs] */
+  char* c[2];     /* [B][Hp] */
+  char* hfull[2]; /* [B][Hp], projection only */
+  kl_barrier* bar; /* [D] */
+  /* per-thread scratch */
+  kl_cell_row* rows;   /* [nth][B] */
+  const void** ptrs;   /* [nth][2B] */
+  int32_t* mine;       /* [nth][B] */
+  int nth;
+} run_ctx;
+
+static void split(size_t n, int i, int p, size_t* lo, size_t* hi) {
+  *lo = n * (size_t)i / (size_t)p;
+  *hi = n * (size_t)(i + 1) / (size_t)p;
+}
+
+/* Threads per direction group and the split mode, the same for all threads. */
+static int unit_split(int p, int64_t B) { return p > 1 && B < 4 * (int64_t)p; }
+
+static void run_direction(const run_ctx* x, int d, int gi, int p, int ith) {
+  const kl_lstm* m = x->m;
+  const size_t esz = m->esz, R = m->R, Rs = m->Rs, Hp = m->Hp;
+  const int by_units = unit_split(p, x->B);
+  kl_cell_row* rows = x->rows + (size_t)ith * (size_t)x->B;
+  const void** hin = x->ptrs + (size_t)ith * 2 * (size_t)x->B;
+  void** hout = (void**)(hin + x->B);
+  int32_t* mine = x->mine + (size_t)ith * (size_t)x->B;
+  int64_t n_mine = 0;
+  for (int64_t i = 0; i < x->B; i++)
+    if (by_units || i % p == gi) mine[n_mine++] = x->ord[i];
+  if (n_mine == 0) return;
+  size_t blk0 = 0, blk1 = Hp / KL_NR, pb0 = 0, pb1 = m->Pp / KL_NR;
+  if (by_units) {
+    split(Hp / KL_NR, gi, p, &blk0, &blk1);
+    split(m->Pp / KL_NR, gi, p, &pb0, &pb1);
+  }
+  /* the slice of h (R values) this thread copies to the output */
+  size_t o0 = (m->P ? pb0 : blk0) * KL_NR, o1 = (m->P ? pb1 : blk1) * KL_NR;
+  if (o1 > R) o1 = R;
+  if (o0 > o1) o0 = o1;
+  kl_barrier* bar = &x->bar[d];
+  const int reverse = d == 1 || m->desc.reverse;
+  const void* whh = x->L->w_hh[d];
+  const void* bias = x->L->bias[d];
+  const void* whr = x->L->w_hr[d];
+  const int64_t steps = x->len[mine[0]];
+  int64_t nb = n_mine;
+  for (int64_t s = 0; s < steps; s++) {
+    while (nb > 0 && x->len[mine[nb - 1]] <= s) nb--;
+    const int cur = (int)(s & 1), nxt = cur ^ 1;
+    for (int64_t i = 0; i < nb; i++) {
+      const int64_t b = mine[i];
+      const int64_t t = reverse ? x->len[b] - 1 - s : s;
+      rows[i].gx = x->G + ((size_t)(t * x->gt + b * x->gb) * x->ldg + (size_t)d * 4 * Hp) * esz;
+      rows[i].h = x->hbuf[d] + ((size_t)cur * (size_t)x->B + (size_t)b) * Rs * esz;
+      rows[i].c = x->c[d] + (size_t)b * Hp * esz;
+      char* hn = x->hbuf[d] + ((size_t)nxt * (size_t)x->B + (size_t)b) * Rs * esz;
+      rows[i].h_out = m->P ? x->hfull[d] + (size_t)b * Hp * esz : hn;
+      hin[i] = rows[i].h_out;
+      hout[i] = hn;
+    }
+    m->k.cell(R, Hp, blk0, blk1, whh, bias, (size_t)nb, rows);
+    if (m->P) {
+      if (by_units) kl_barrier_wait(bar);
+      m->k.proj(m->H, pb0, pb1, whr, (size_t)nb, hin, hout);
+    }
+    if (by_units) kl_barrier_wait(bar);
+    for (int64_t i = 0; i < nb; i++) {
+      const int64_t b = mine[i];
+      const int64_t t = reverse ? x->len[b] - 1 - s : s;
+      memcpy(x->out + ((size_t)(t * x->out_st + b * x->out_sb) + (size_t)d * R + o0) * esz,
+             (const char*)hout[i] + o0 * esz, (o1 - o0) * esz);
+    }
+  }
+}
+
+static void recurrence_task(void* ctx, int ith, int nth) {
+  const run_ctx* x = ctx;
+  const int D = x->m->D;
+  if (nth < D) { /* one thread: directions one after the other */
+    for (int d = 0; d < D; d++) run_direction(x, d, 0, 1, ith);
+    return;
+  }
+  const int p = nth / D, d = ith / p;
+  if (d >= D) return; /* leftover thread */
+  run_direction(x, d, ith % p, p, ith);
+}
+
+/* Finds how the (t, b) rows of a [T, B, K] strided array form one strided
+ * sequence for the GEMM: row (t, b) = t*gt + b*gb, row stride *ld. */
+static int row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K, int64_t* ld,
+                      int64_t* gt, int64_t* gb) {
+  if (T == 1 && B == 1) { *ld = K; *gt = 0; *gb = 0; }
+  else if (B == 1) { *ld = s_t; *gt = 1; *gb = 0; }
+  else if (T == 1) { *ld = s_b; *gt = 0; *gb = 1; }
+  else if (s_t == B * s_b) { *ld = s_b; *gt = B; *gb = 1; }
+  else if (s_b == T * s_t) { *ld = s_t; *gt = 1; *gb = T; }
+  else return 0;
+  return *ld >= K && *ld <= INT_MAX;
+}
+
+static void gemm(const kl_lstm* m, int nth, int64_t M, int64_t N, int64_t K, const void* A,
+                 int64_t lda, const void* Bm, void* C) {
+  const int prev = kl_blas_get_num_threads();
+  if (prev != nth) kl_blas_set_num_threads(nth);
+  if (m->esz == sizeof(double))
+    kl_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, A,
+                   (int)lda, Bm, (int)K, 0.0, C, (int)N);
+  else
+    kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A,
+                   (int)lda, Bm, (int)K, 0.0f, C, (int)N);
+  if (prev != nth) kl_blas_set_num_threads(prev);
+}
+
+kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
+  if (!m || !a || a->T < 1 || a->B < 0 || !a->x || !a->y || a->num_threads < 1) return KL_ERR_ARG;
+  if (a->B == 0) return KL_OK;
+  const int64_t T = a->T, B = a->B;
+  const int D = m->D, nl = m->desc.num_layers;
+  const size_t esz = m->esz, R = m->R, Rs = m->Rs, H = m->H, Hp = m->Hp;
+  const size_t DR = (size_t)D * R, ldg = (size_t)D * 4 * Hp;
+  int nth = a->num_threads;
+  if (nth > 512) nth = 512;
+  if (a->lengths)
+    for (int64_t b = 0; b < B; b++)
+      if (a->lengths[b] < 1 || a->lengths[b] > T) return KL_ERR_ARG;
+  int64_t ld0, gt, gb;
+  if (!row_layout(T, B, a->x_st, a->x_sb, (int64_t)m->layers[0].in_size, &ld0, &gt, &gb))
+    return KL_ERR_ARG;
+  if ((double)T * (double)B > (double)INT_MAX || (double)ldg * (double)T * (double)B > 1e15)
+    return KL_ERR_ARG;
+
+  kl_status status = KL_ERR_NOMEM;
+  const size_t TB = (size_t)T * (size_t)B;
+  char* G = xalloc(TB * ldg * esz);
+  char* inter[2] = {NULL, NULL};
+  char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
+  int64_t* len = malloc((size_t)B * sizeof(int64_t));
+  int32_t* ord = malloc((size_t)B * sizeof(int32_t));
+  kl_barrier* bar = aligned_alloc(64, kl_round_up(2 * sizeof(kl_barrier), 64));
+  kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
+  const void** ptrs = malloc((size_t)nth * 2 * (size_t)B * sizeof(void*));
+  int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
+  if (!G || !state || !len || !ord || !bar || !rows || !ptrs || !mine) goto done;
+  for (int i = 0; i < (nl > 2 ? 2 : nl - 1); i++)
+    if (!(inter[i] = xalloc(TB * DR * esz))) goto done;
+
+  for (int64_t b = 0; b < B; b++) len[b] = a->lengths ? a->lengths[b] : T;
+  /* stable insertion sort by decreasing length (B is small in practice) */
+  for (int64_t b = 0; b < B; b++) {
+    int64_t j = b;
+    while (j > 0 && len[ord[j - 1]] < len[b]) { ord[j] = ord[j - 1]; j--; }
+    ord[j] = (int32_t)b;
+  }
+
+  run_ctx x;
+  memset(&x, 0, sizeof(x));
+  x.m = m;
+  x.T = T;
+  x.B = B;
+  x.len = len;
+  x.ord = ord;
+  x.G = G;
+  x.ldg = ldg;
+  x.bar = bar;
+  x.rows = rows;
+  x.ptrs = ptrs;
+  x.mine = mine;
+  x.nth = nth;
+  for (int d = 0; d < D; d++) {
+    char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
+    x.hbuf[d] = s;
+    x.c[d] = s + 2 * (size_t)B * Rs * esz;
+    x.hfull[d] = x.c[d] + (size_t)B * Hp * esz;
+  }
+
+  for (int l = 0; l < nl; l++) {
+    const kl_layer* L = &m->layers[l];
+    const char* in;
+    int64_t lda;
+    if (l == 0) {
+      in = a->x;
+      lda = ld0;
+    } else {
+      in = inter[(l - 1) & 1];
+      lda = (int64_t)DR; /* seq-major [T, B, DR] */
+      gt = B;
+      gb = 1;
+    }
+    if (l == nl - 1) {
+      x.out = a->y;
+      x.out_st = a->y_st;
+      x.out_sb = a->y_sb;
+    } else {
+      x.out = inter[l & 1];
+      x.out_st = B * (int64_t)DR;
+      x.out_sb = (int64_t)DR;
+    }
+    x.L = L;
+    x.gt = gt;
+    x.gb = gb;
+    gemm(m, nth, (int64_t)TB, (int64_t)ldg, (int64_t)L->in_size, in, lda, L->w_ih, G);
+
+    /* initial states; padded lanes stay zero */
+    memset(state, 0, (size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
+    for (int d = 0; d < D; d++)
+      for (int64_t b = 0; b < B; b++) {
+        const size_t sl = ((size_t)(l * D + d) * (size_t)B + (size_t)b);
+        if (a->h0) memcpy(x.hbuf[d] + (size_t)b * Rs * esz, (const char*)a->h0 + sl * R * esz, R * esz);
+        if (a->c0) memcpy(x.c[d] + (size_t)b * Hp * esz, (const char*)a->c0 + sl * H * esz, H * esz);
+      }
+    /* outputs past each sequence's length are zero */
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = len[b]; t < T; t++)
+        memset(x.out + (size_t)(t * x.out_st + b * x.out_sb) * esz, 0, DR * esz);
+    const int p = nth >= D ? nth / D : 1;
+    for (int d = 0; d < D; d++) kl_barrier_init(&bar[d], unit_split(p, B) ? p : 1);
+
+    status = kl_pool_run(nth, recurrence_task, &x);
+    if (status != KL_OK) goto done;
+
+    for (int d = 0; d < D; d++)
+      for (int64_t b = 0; b < B; b++) {
+        const size_t sl = ((size_t)(l * D + d) * (size_t)B + (size_t)b);
+        if (a->h_n)
+          memcpy((char*)a->h_n + sl * R * esz,
+                 x.hbuf[d] + ((size_t)(len[b] & 1) * (size_t)B + (size_t)b) * Rs * esz, R * esz);
+        if (a->c_n) memcpy((char*)a->c_n + sl * H * esz, x.c[d] + (size_t)b * Hp * esz, H * esz);
+      }
+  }
+  status = KL_OK;
+done:
+  free(G);
+  free(inter[0]);
+  free(inter[1]);
+  free(state);
+  free(len);
+  free(ord);
+  free(bar);
+  free(rows);
+  free(ptrs);
+  free(mine);
+  return status;
+}

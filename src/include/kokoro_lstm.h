@@ -1,0 +1,110 @@
+/*
+ * kokoro_lstm: LSTM inference core (C11, no Python).
+ *
+ * Life cycle: describe (kl_lstm_desc + kl_weights) -> pack (kl_lstm_create)
+ *             -> run any number of times (kl_lstm_run) -> free (kl_lstm_free).
+ *
+ * Semantics are torch.nn.LSTM's: gate order i, f, g, o; optional projection
+ * (proj_size); stacked layers; bidirectional; per-sequence lengths with the
+ * semantics of pack_padded_sequence -> LSTM -> pad_packed_sequence.
+ *
+ * A packed kl_lstm is immutable: kl_lstm_run may be called on the same object
+ * from several threads at once.
+ */
+#ifndef KOKORO_LSTM_H
+#define KOKORO_LSTM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kl_status {
+  KL_OK = 0,
+  KL_ERR_ARG = 1,    /* an argument is out of range or inconsistent */
+  KL_ERR_NOMEM = 2,  /* an allocation failed */
+  KL_ERR_THREAD = 3, /* a thread could not be created */
+} kl_status;
+
+const char* kl_status_str(kl_status s);
+
+/* Storage / compute types. KL_BF16 stores the recurrent weights in bfloat16
+ * and computes in float32 (inputs, outputs and states are float32). */
+typedef enum kl_dtype { KL_F32 = 0, KL_F64 = 1, KL_BF16 = 2 } kl_dtype;
+
+/* Size in bytes of one element of the input/output/state arrays. */
+size_t kl_dtype_io_size(kl_dtype dt);
+
+typedef struct kl_lstm_desc {
+  int input_size;    /* I of the first layer */
+  int hidden_size;   /* H */
+  int num_layers;    /* L >= 1 */
+  int bidirectional; /* 0 or 1: D = 1 or 2 */
+  int proj_size;     /* 0 (none) or 0 < P < H */
+  int reverse;       /* unidirectional only: run the one direction backwards */
+  kl_dtype dtype;
+} kl_lstm_desc;
+
+/* Weights of one (layer, direction), row-major and contiguous, in the io
+ * element type of the dtype (float for KL_F32/KL_BF16, double for KL_F64).
+ * R = proj_size ? proj_size : hidden_size; I_l = layer 0 ? input_size : D*R. */
+typedef struct kl_weights {
+  const void* w_ih; /* [4H, I_l] */
+  const void* w_hh; /* [4H, R] */
+  const void* b_ih; /* [4H] or NULL */
+  const void* b_hh; /* [4H] or NULL */
+  const void* w_hr; /* [P, H], required iff proj_size > 0 */
+} kl_weights;
+
+typedef struct kl_lstm kl_lstm;
+
+/* weights: num_layers * D entries, index layer * D + direction. */
+kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl_lstm** out);
+void kl_lstm_free(kl_lstm* lstm);
+const kl_lstm_desc* kl_lstm_get_desc(const kl_lstm* lstm);
+
+/* One run. Strides are in elements (not bytes).
+ * x[t, b, i] = x + t*x_st + b*x_sb + i          (feature stride 1)
+ * y[t, b, j] = y + t*y_st + b*y_sb + j, j < D*R (feature stride 1)
+ * The rows of x must be a single strided sequence: x_st == B*x_sb (seq-major),
+ * x_sb == T*x_st (batch-major), or T == 1 or B == 1; the same for y. */
+typedef struct kl_run_args {
+  int64_t T, B;
+  const void* x;
+  int64_t x_st, x_sb;
+  void* y;
+  int64_t y_st, y_sb;
+  const void* h0;         /* [L*D, B, R] contiguous, or NULL for zeros */
+  const void* c0;         /* [L*D, B, H] contiguous, or NULL for zeros */
+  void* h_n;              /* [L*D, B, R] contiguous, or NULL */
+  void* c_n;              /* [L*D, B, H] contiguous, or NULL */
+  const int64_t* lengths; /* [B], each in 1..T, or NULL for all T */
+  int num_threads;        /* >= 1: every thread used, BLAS included */
+} kl_run_args;
+
+kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
+
+/* ---- CPU dispatch ------------------------------------------------------ */
+typedef enum kl_isa { KL_ISA_SCALAR = 0, KL_ISA_AVX2 = 1, KL_ISA_AVX512 = 2 } kl_isa;
+
+kl_isa kl_isa_detected(void);  /* best ISA this CPU (and build) supports */
+kl_isa kl_isa_active(void);    /* the ISA kernels run with */
+/* Force an ISA (tests, KOKORO_LSTM_ISA); KL_ERR_ARG if the CPU lacks it.
+ * Affects kl_lstm objects created afterwards. */
+kl_status kl_isa_set(kl_isa isa);
+const char* kl_isa_name(kl_isa isa);
+int kl_cpu_has_avx512bf16(void);
+
+/* Vector activations of the active ISA over n floats, for accuracy tests:
+ * kind 0 = sigmoid, 1 = tanh. */
+void kl_f32_activation(int kind, size_t n, const float* x, float* y);
+
+/* Which BLAS the core was linked against (a static string). */
+const char* kl_blas_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KOKORO_LSTM_H */
