@@ -244,7 +244,8 @@ class LSTM:
         hidden = w_ih0.shape[0] // 4
         proj = sd["weight_hr_l0"].shape[0] if "weight_hr_l0" in sd and sd["weight_hr_l0"].ndim == 2 else 0
         num_layers = 1 + max(int(_KEY.match(k).group(2)) for k in sd)
-        bias, bidirectional = "bias_ih_l0" in sd, "weight_ih_l0_reverse" in sd
+        bias = "bias_ih_l0" in sd
+        bidirectional = any(k.endswith("_reverse") for k in sd)
         expected = _expected_shapes(w_ih0.shape[1], hidden, num_layers, bias, bidirectional, proj)
         for key, shape in expected.items():
             if key not in sd:

@@ -223,8 +223,11 @@ typedef struct run_ctx {
   int64_t T, B;
   const int64_t* len; /* [B] */
   const int32_t* ord; /* [B], batch indices by decreasing length */
+  /* layer input rows: row (t, b) = t*gt + b*gb, row stride lda */
+  const char* in;
+  int64_t lda;
   /* input gates */
-  const char* G;
+  char* G;
   size_t ldg;
   int64_t gt, gb; /* row of (t, b) = t*gt + b*gb */
   /* layer output */
@@ -234,7 +237,8 @@ typedef struct run_ctx {
   char* hbuf[2];  /* [2][B][Rs] */
   char* c[2];     /* [B][Hp] */
   char* hfull[2]; /* [B][Hp], projection only */
-  kl_barrier* bar; /* [D] */
+  kl_barrier* bar;  /* [D] per-step barrier of each direction group */
+  kl_barrier* gbar; /* [D] after each group's input GEMM */
   /* per-thread scratch */
   kl_cell_row* rows;   /* [nth][B] */
   const void** ptrs;   /* [nth][2B] */
@@ -307,15 +311,24 @@ static void run_direction(const run_ctx* x, int d, int gi, int p, int ith) {
   }
 }
 
-static void recurrence_task(void* ctx, int ith, int nth) {
+static void input_gates(const run_ctx* x, int d, int gi, int p);
+
+/* One layer on the pool: each direction group computes its own input gates,
+ * then runs its recurrence. */
+static void layer_task(void* ctx, int ith, int nth) {
   const run_ctx* x = ctx;
   const int D = x->m->D;
   if (nth < D) { /* one thread: directions one after the other */
-    for (int d = 0; d < D; d++) run_direction(x, d, 0, 1, ith);
+    for (int d = 0; d < D; d++) {
+      input_gates(x, d, 0, 1);
+      run_direction(x, d, 0, 1, ith);
+    }
     return;
   }
   const int p = nth / D, d = ith / p;
   if (d >= D) return; /* leftover thread */
+  input_gates(x, d, ith % p, p);
+  kl_barrier_wait(&x->gbar[d]);
   run_direction(x, d, ith % p, p, ith);
 }
 
@@ -332,17 +345,36 @@ static int row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K,
   return *ld >= K && *ld <= INT_MAX;
 }
 
-static void gemm(const kl_lstm* m, int nth, int64_t M, int64_t N, int64_t K, const void* A,
-                 int64_t lda, const void* Bm, void* C) {
-  const int prev = kl_blas_get_num_threads();
-  if (prev != nth) kl_blas_set_num_threads(nth);
+/* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T. */
+static void gemm(const kl_lstm* m, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                 const void* Bm, void* C, int64_t ldc) {
   if (m->esz == sizeof(double))
     kl_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, A,
-                   (int)lda, Bm, (int)K, 0.0, C, (int)N);
+                   (int)lda, Bm, (int)K, 0.0, C, (int)ldc);
   else
     kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A,
-                   (int)lda, Bm, (int)K, 0.0f, C, (int)N);
-  if (prev != nth) kl_blas_set_num_threads(prev);
+                   (int)lda, Bm, (int)K, 0.0f, C, (int)ldc);
+}
+
+/* Input gates of direction d: fixed tiles of GEMM_MC rows x GEMM_NC columns,
+ * dealt to the p threads of the direction's group. The tiling never depends
+ * on the thread count, so neither do the results. */
+#define GEMM_MC 512
+#define GEMM_NC 256
+static void input_gates(const run_ctx* x, int d, int gi, int p) {
+  const kl_lstm* m = x->m;
+  const size_t esz = m->esz, K = x->L->in_size, N = 4 * m->Hp;
+  const int64_t M = x->T * x->B;
+  const int64_t nm = (M + GEMM_MC - 1) / GEMM_MC, nn = ((int64_t)N + GEMM_NC - 1) / GEMM_NC;
+  for (int64_t task = gi; task < nm * nn; task += p) {
+    const int64_t r0 = (task / nn) * GEMM_MC, c0 = (task % nn) * GEMM_NC;
+    const int64_t mr = M - r0 < GEMM_MC ? M - r0 : GEMM_MC;
+    const int64_t nc = (int64_t)N - c0 < GEMM_NC ? (int64_t)N - c0 : GEMM_NC;
+    const size_t col = (size_t)d * N + (size_t)c0;
+    gemm(m, mr, nc, (int64_t)K, x->in + (size_t)(r0 * x->lda) * esz, x->lda,
+         (const char*)x->L->w_ih + col * K * esz, (char*)x->G + ((size_t)r0 * x->ldg + col) * esz,
+         (int64_t)x->ldg);
+  }
 }
 
 kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
@@ -370,7 +402,7 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
   int32_t* ord = malloc((size_t)B * sizeof(int32_t));
-  kl_barrier* bar = aligned_alloc(64, kl_round_up(2 * sizeof(kl_barrier), 64));
+  kl_barrier* bar = aligned_alloc(64, kl_round_up(4 * sizeof(kl_barrier), 64));
   kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
   const void** ptrs = malloc((size_t)nth * 2 * (size_t)B * sizeof(void*));
   int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
@@ -396,6 +428,7 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   x.G = G;
   x.ldg = ldg;
   x.bar = bar;
+  x.gbar = bar + 2;
   x.rows = rows;
   x.ptrs = ptrs;
   x.mine = mine;
@@ -409,14 +442,12 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
 
   for (int l = 0; l < nl; l++) {
     const kl_layer* L = &m->layers[l];
-    const char* in;
-    int64_t lda;
     if (l == 0) {
-      in = a->x;
-      lda = ld0;
+      x.in = a->x;
+      x.lda = ld0;
     } else {
-      in = inter[(l - 1) & 1];
-      lda = (int64_t)DR; /* seq-major [T, B, DR] */
+      x.in = inter[(l - 1) & 1];
+      x.lda = (int64_t)DR; /* seq-major [T, B, DR] */
       gt = B;
       gb = 1;
     }
@@ -432,7 +463,6 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
     x.L = L;
     x.gt = gt;
     x.gb = gb;
-    gemm(m, nth, (int64_t)TB, (int64_t)ldg, (int64_t)L->in_size, in, lda, L->w_ih, G);
 
     /* initial states; padded lanes stay zero */
     memset(state, 0, (size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
@@ -447,9 +477,15 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
       for (int64_t t = len[b]; t < T; t++)
         memset(x.out + (size_t)(t * x.out_st + b * x.out_sb) * esz, 0, DR * esz);
     const int p = nth >= D ? nth / D : 1;
-    for (int d = 0; d < D; d++) kl_barrier_init(&bar[d], unit_split(p, B) ? p : 1);
-
-    status = kl_pool_run(nth, recurrence_task, &x);
+    for (int d = 0; d < D; d++) {
+      kl_barrier_init(&x.bar[d], unit_split(p, B) ? p : 1);
+      kl_barrier_init(&x.gbar[d], p);
+    }
+    /* BLAS runs single-threaded inside our threads (never oversubscribed). */
+    const int blas_prev = kl_blas_get_num_threads();
+    if (blas_prev != 1) kl_blas_set_num_threads(1);
+    status = kl_pool_run(nth, layer_task, &x);
+    if (blas_prev != 1) kl_blas_set_num_threads(blas_prev);
     if (status != KL_OK) goto done;
 
     for (int d = 0; d < D; d++)

@@ -34,13 +34,13 @@ KL_INLINE __m512 kl_avx512_clamp(__m512 x, float lo, float hi) {
 }
 
 KL_INLINE __m512 kl_avx512_sigmoid(__m512 x) {
-  __m512 e = kl_avx512_exp(kl_avx512_clamp(_mm512_sub_ps(_mm512_setzero_ps(), x), -88.0f, 88.0f));
+  __m512 e = kl_avx512_exp(kl_avx512_clamp(_mm512_sub_ps(_mm512_setzero_ps(), x), -87.0f, 89.0f));
   return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
 /* tanh(x) = 1 - 2 / (1 + exp(2x)) */
 KL_INLINE __m512 kl_avx512_tanh(__m512 x) {
-  __m512 e = kl_avx512_exp(kl_avx512_clamp(_mm512_add_ps(x, x), -88.0f, 88.0f));
+  __m512 e = kl_avx512_exp(kl_avx512_clamp(_mm512_add_ps(x, x), -87.0f, 89.0f));
   __m512 q = _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
   return _mm512_sub_ps(_mm512_set1_ps(1.0f), q);
 }
@@ -49,6 +49,7 @@ KL_INLINE __m512 kl_avx512_tanh(__m512 x) {
 KL_INLINE void kl_avx512_cell_update(const __m512 acc[4], const float* gx, const float* bias, size_t Hp,
                            size_t u, float* c, float* h_out) {
   __m512 pre[4];
+  _Pragma("GCC unroll 8")
   for (int g = 0; g < 4; g++)
     pre[g] = _mm512_add_ps(_mm512_add_ps(acc[g], _mm512_loadu_ps(gx + g * Hp + u)),
                            _mm512_loadu_ps(bias + g * Hp + u));

@@ -229,6 +229,7 @@ static PyObject* Engine_run(EngineObject* self, PyObject* args) {
                    (Py_ssize_t)B, (Py_ssize_t)(D * R));
       return NULL;
     }
+  if (B == 0) Py_RETURN_NONE; /* empty batch: nothing to compute */
   if (!PyArray_ISWRITEABLE(y) || !PyArray_ISALIGNED(y) || PyArray_STRIDE(y, 2) != esz ||
       PyArray_STRIDE(y, 0) % esz || PyArray_STRIDE(y, 1) % esz ||
       (T > 1 && PyArray_STRIDE(y, 0) < 0) || (B > 1 && PyArray_STRIDE(y, 1) < 0)) {

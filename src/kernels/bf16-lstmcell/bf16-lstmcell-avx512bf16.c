@@ -30,17 +30,23 @@ static void pack_h(size_t R, const float* h, uint32_t* out) {
 KL_INLINE void cell_tile(size_t npair, size_t Hp, size_t blk, const uint16_t* w, const float* bias,
                          const kl_cell_row* rows, const uint32_t* hb, const int NB) {
   __m512 acc[4][4];
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++)
+    _Pragma("GCC unroll 8")
     for (int g = 0; g < 4; g++) acc[e][g] = _mm512_setzero_ps();
   const uint16_t* wp = w + blk * npair * 128;
   for (size_t kp = 0; kp < npair; kp++) {
     __m512bh wv[4];
+    _Pragma("GCC unroll 8")
     for (int g = 0; g < 4; g++) wv[g] = (__m512bh)_mm512_load_si512((const void*)(wp + kp * 128 + g * 32));
+    _Pragma("GCC unroll 8")
     for (int e = 0; e < NB; e++) {
       const __m512bh hk = (__m512bh)_mm512_set1_epi32((int)hb[(size_t)e * MAX_PAIRS + kp]);
+      _Pragma("GCC unroll 8")
       for (int g = 0; g < 4; g++) acc[e][g] = _mm512_dpbf16_ps(acc[e][g], wv[g], hk);
     }
   }
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++)
     kl_avx512_cell_update(acc[e], (const float*)rows[e].gx, bias, Hp, blk * KL_NR,
                           (float*)rows[e].c, (float*)rows[e].h_out);

@@ -17,16 +17,21 @@ KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const uint16_t* w, con
   const size_t npair = (R + 1) / 2, nfull = R / 2;
   __m512 acc[4][4];
   const float* h[4];
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++) {
     h[e] = (const float*)rows[e].h;
+    _Pragma("GCC unroll 8")
     for (int g = 0; g < 4; g++) acc[e][g] = _mm512_setzero_ps();
   }
   const uint16_t* wp = w + blk * npair * 128;
   for (size_t kp = 0; kp < nfull; kp++) {
     __m512i wv[4];
+    _Pragma("GCC unroll 8")
     for (int g = 0; g < 4; g++) wv[g] = _mm512_load_si512((const void*)(wp + kp * 128 + g * 32));
+    _Pragma("GCC unroll 8")
     for (int e = 0; e < NB; e++) {
       const __m512 h0 = _mm512_set1_ps(h[e][2 * kp]), h1 = _mm512_set1_ps(h[e][2 * kp + 1]);
+      _Pragma("GCC unroll 8")
       for (int g = 0; g < 4; g++) {
         acc[e][g] = _mm512_fmadd_ps(even_ps(wv[g]), h0, acc[e][g]);
         acc[e][g] = _mm512_fmadd_ps(odd_ps(wv[g]), h1, acc[e][g]);
@@ -34,12 +39,15 @@ KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const uint16_t* w, con
     }
   }
   if (npair != nfull) { /* odd R: the last pair has no odd element */
+    _Pragma("GCC unroll 8")
     for (int g = 0; g < 4; g++) {
       const __m512 we = even_ps(_mm512_load_si512((const void*)(wp + nfull * 128 + g * 32)));
+      _Pragma("GCC unroll 8")
       for (int e = 0; e < NB; e++)
         acc[e][g] = _mm512_fmadd_ps(we, _mm512_set1_ps(h[e][2 * nfull]), acc[e][g]);
     }
   }
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++)
     kl_avx512_cell_update(acc[e], (const float*)rows[e].gx, bias, Hp, blk * KL_NR,
                           (float*)rows[e].c, (float*)rows[e].h_out);

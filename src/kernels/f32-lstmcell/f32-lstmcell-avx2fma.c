@@ -35,10 +35,12 @@ void kl_f32_lstmcell_ukernel__avx2fma(size_t R, size_t Hp, size_t blk0, size_t b
     for (size_t e = 0; e < nb; e++) {
       const float* h = (const float*)rows[e].h;
       __m256 lo[4], hi[4];
+      _Pragma("GCC unroll 8")
       for (int g = 0; g < 4; g++) lo[g] = hi[g] = _mm256_setzero_ps();
       for (size_t k = 0; k < R; k++) {
         const __m256 hk = _mm256_broadcast_ss(h + k);
         const float* wk = wp + k * 64;
+        _Pragma("GCC unroll 8")
         for (int g = 0; g < 4; g++) {
           lo[g] = _mm256_fmadd_ps(_mm256_load_ps(wk + g * 16), hk, lo[g]);
           hi[g] = _mm256_fmadd_ps(_mm256_load_ps(wk + g * 16 + 8), hk, hi[g]);

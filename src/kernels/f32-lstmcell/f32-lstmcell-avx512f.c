@@ -29,8 +29,10 @@ KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const float* w, const 
                          const kl_cell_row* rows, const int NB) {
   __m512 acc[4][4];
   const float* h[4];
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++) {
     h[e] = (const float*)rows[e].h;
+    _Pragma("GCC unroll 8")
     for (int g = 0; g < 4; g++) acc[e][g] = _mm512_setzero_ps();
   }
   const float* wp = w + blk * R * 64;
@@ -39,6 +41,7 @@ KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const float* w, const 
     const __m512 w1 = _mm512_load_ps(wp + k * 64 + 16);
     const __m512 w2 = _mm512_load_ps(wp + k * 64 + 32);
     const __m512 w3 = _mm512_load_ps(wp + k * 64 + 48);
+    _Pragma("GCC unroll 8")
     for (int e = 0; e < NB; e++) {
       const __m512 hk = _mm512_set1_ps(h[e][k]);
       acc[e][0] = _mm512_fmadd_ps(w0, hk, acc[e][0]);
@@ -47,6 +50,7 @@ KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const float* w, const 
       acc[e][3] = _mm512_fmadd_ps(w3, hk, acc[e][3]);
     }
   }
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++)
     kl_avx512_cell_update(acc[e], (const float*)rows[e].gx, bias, Hp, blk * KL_NR, (float*)rows[e].c,
                 (float*)rows[e].h_out);
@@ -70,13 +74,16 @@ void kl_f32_lstmcell_ukernel__avx512f(size_t R, size_t Hp, size_t blk0, size_t b
 KL_INLINE void proj_tile(size_t H, size_t blk, const float* w, const void* const* h_in,
                          void* const* h_out, const int NB) {
   __m512 acc[8];
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++) acc[e] = _mm512_setzero_ps();
   const float* wp = w + blk * H * 16;
   for (size_t j = 0; j < H; j++) {
     const __m512 wj = _mm512_load_ps(wp + j * 16);
+    _Pragma("GCC unroll 8")
     for (int e = 0; e < NB; e++)
       acc[e] = _mm512_fmadd_ps(wj, _mm512_set1_ps(((const float*)h_in[e])[j]), acc[e]);
   }
+  _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++) _mm512_storeu_ps((float*)h_out[e] + blk * 16, acc[e]);
 }
 

@@ -1,0 +1,715 @@
+/* C test of the kokoro_lstm core through its public header, without Python.
+ *
+ * Every case is checked against a double-precision LSTM written here (the
+ * torch.nn.LSTM semantics: gate order i, f, g, o; y[t] = h_t; the reverse
+ * direction starts at each sequence's last valid step; outputs past a
+ * sequence's length are 0; h_n / c_n are the states after each sequence's
+ * last valid step), for every ISA the CPU supports and every dtype:
+ *   float32 within 2e-6, bfloat16 within 1e-2, float64 within 1e-12.
+ * Results must be bitwise identical for 1, 2 and 4 threads, bad arguments
+ * must give KL_ERR_ARG.
+ *
+ * Prints one line per check and finishes with "N passed, M failed"; exits
+ * non-zero on any failure.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kokoro_lstm.h"
+
+/* ---- bookkeeping ------------------------------------------------------- */
+
+static int g_passed = 0, g_failed = 0;
+
+static void check(int ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("%s ", ok ? "PASS" : "FAIL");
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  if (ok) g_passed++;
+  else g_failed++;
+  fflush(stdout);
+}
+
+static void* xcalloc(size_t n, size_t sz) {
+  void* p = calloc(n ? n : 1, sz ? sz : 1);
+  if (!p) {
+    fprintf(stderr, "test_core: out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+
+/* xorshift64*: uniform doubles in [lo, hi). */
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static double urand(double lo, double hi) {
+  g_rng ^= g_rng >> 12;
+  g_rng ^= g_rng << 25;
+  g_rng ^= g_rng >> 27;
+  const uint64_t r = g_rng * 0x2545F4914F6CDD1Dull;
+  return lo + (hi - lo) * ((double)(r >> 11) * (1.0 / 9007199254740992.0));
+}
+
+/* ---- test cases -------------------------------------------------------- */
+
+enum { LAYOUT_SEQ = 0, LAYOUT_BATCH = 1, LAYOUT_SEQ_PADDED = 2 };
+static const char* layout_name[] = {"seq-major", "batch-major", "seq-major-padded"};
+
+typedef struct tcase {
+  const char* name;
+  int I, H, L, bidir, P, reverse;
+  int64_t T, B;
+  int lengths; /* 0: all T; 1: varying lengths (some T); 2: varying, all < T */
+  int state;   /* h0/c0 given */
+  int bias;    /* b_ih/b_hh given */
+  int layout;
+} tcase;
+
+static const tcase CASES[] = {
+    /* name              I   H  L bi P rev  T  B len st bias layout */
+    {"uni-h7", 5, 7, 1, 0, 0, 0, 6, 3, 0, 0, 1, LAYOUT_SEQ},
+    {"uni-h33", 5, 33, 1, 0, 0, 0, 7, 3, 0, 1, 1, LAYOUT_SEQ},
+    {"uni-h33-lengths", 5, 33, 1, 0, 0, 0, 7, 5, 1, 1, 1, LAYOUT_SEQ},
+    {"uni-h33-wide-batch", 5, 33, 1, 0, 0, 0, 5, 11, 1, 0, 1, LAYOUT_SEQ},
+    {"uni-h33-reverse", 5, 33, 1, 0, 0, 1, 6, 4, 1, 1, 1, LAYOUT_BATCH},
+    {"uni-h33-proj", 5, 33, 1, 0, 20, 0, 6, 3, 1, 1, 1, LAYOUT_SEQ},
+    {"uni-h7-nobias", 5, 7, 1, 0, 0, 0, 4, 2, 0, 0, 0, LAYOUT_SEQ},
+    {"bi-h7", 5, 7, 1, 1, 0, 0, 6, 3, 0, 0, 1, LAYOUT_SEQ},
+    {"bi-h7-proj", 5, 7, 1, 1, 3, 0, 6, 3, 1, 1, 1, LAYOUT_BATCH},
+    {"bi-h33-lengths", 5, 33, 1, 1, 0, 0, 7, 6, 1, 1, 1, LAYOUT_SEQ},
+    {"bi-h33-short", 5, 33, 1, 1, 0, 0, 6, 5, 2, 0, 1, LAYOUT_SEQ_PADDED},
+    {"bi-h33-proj-lengths", 5, 33, 1, 1, 17, 0, 6, 9, 1, 1, 1, LAYOUT_SEQ_PADDED},
+    {"bi-h33-proj-2layer", 5, 33, 2, 1, 16, 0, 5, 4, 1, 1, 1, LAYOUT_SEQ},
+    {"uni-h33-3layer", 5, 33, 3, 0, 0, 0, 5, 3, 1, 1, 1, LAYOUT_BATCH},
+    {"uni-h33-T1", 5, 33, 1, 0, 0, 0, 1, 3, 0, 1, 1, LAYOUT_SEQ},
+    {"bi-h33-B1", 5, 33, 1, 1, 0, 0, 6, 1, 0, 1, 1, LAYOUT_SEQ_PADDED},
+    {"bi-h7-T1-B1", 5, 7, 1, 1, 0, 0, 1, 1, 0, 1, 1, LAYOUT_SEQ},
+};
+#define NCASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
+
+#define MAXW 16 /* num_layers * D */
+
+/* One model's parameters in double (already rounded to float for float32
+ * and bfloat16 runs, whose reference then sees the same values). */
+typedef struct model {
+  const tcase* c;
+  int D, R;
+  int in_size[MAXW];
+  double *w_ih[MAXW], *w_hh[MAXW], *b_ih[MAXW], *b_hh[MAXW], *w_hr[MAXW];
+} model;
+
+static double round_if(double v, int to_float) { return to_float ? (double)(float)v : v; }
+
+static double* rand_array(size_t n, double scale, int to_float) {
+  double* a = xcalloc(n, sizeof(double));
+  for (size_t i = 0; i < n; i++) a[i] = round_if(urand(-scale, scale), to_float);
+  return a;
+}
+
+static void model_init(model* m, const tcase* c, int to_float) {
+  memset(m, 0, sizeof(*m));
+  m->c = c;
+  m->D = c->bidir ? 2 : 1;
+  m->R = c->P ? c->P : c->H;
+  const double k = 1.0 / sqrt((double)c->H); /* torch's init range */
+  const size_t H = (size_t)c->H, R = (size_t)m->R;
+  for (int l = 0; l < c->L; l++)
+    for (int d = 0; d < m->D; d++) {
+      const int w = l * m->D + d;
+      m->in_size[w] = l == 0 ? c->I : m->D * m->R;
+      m->w_ih[w] = rand_array(4 * H * (size_t)m->in_size[w], k, to_float);
+      m->w_hh[w] = rand_array(4 * H * R, k, to_float);
+      if (c->bias) {
+        m->b_ih[w] = rand_array(4 * H, k, to_float);
+        m->b_hh[w] = rand_array(4 * H, k, to_float);
+      }
+      if (c->P) m->w_hr[w] = rand_array((size_t)c->P * H, k, to_float);
+    }
+}
+
+static void model_free(model* m) {
+  for (int w = 0; w < MAXW; w++) {
+    free(m->w_ih[w]);
+    free(m->w_hh[w]);
+    free(m->b_ih[w]);
+    free(m->b_hh[w]);
+    free(m->w_hr[w]);
+  }
+}
+
+/* ---- the double-precision reference ------------------------------------ */
+
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* x [T][B][I], y [T][B][D*R], h0/hn [L*D][B][R], c0/cn [L*D][B][H]. */
+static void ref_lstm(const model* m, int64_t T, int64_t B, const double* x, const int64_t* len,
+                     const double* h0, const double* c0, double* y, double* hn, double* cn) {
+  const tcase* c = m->c;
+  const int D = m->D, R = m->R, H = c->H, DR = D * R;
+  double* in = xcalloc((size_t)(T * B) * (size_t)(c->I > DR ? c->I : DR), sizeof(double));
+  double* out = xcalloc((size_t)(T * B * DR), sizeof(double));
+  double* h = xcalloc((size_t)R, sizeof(double));
+  double* hf = xcalloc((size_t)H, sizeof(double));
+  double* cc = xcalloc((size_t)H, sizeof(double));
+  double* gates = xcalloc(4 * (size_t)H, sizeof(double));
+  memcpy(in, x, (size_t)(T * B * c->I) * sizeof(double));
+  for (int l = 0; l < c->L; l++) {
+    const int Il = l == 0 ? c->I : DR;
+    memset(out, 0, (size_t)(T * B * DR) * sizeof(double));
+    for (int d = 0; d < D; d++) {
+      const int w = l * D + d;
+      const int rev = d == 1 || c->reverse;
+      for (int64_t b = 0; b < B; b++) {
+        const size_t sl = (size_t)w * (size_t)B + (size_t)b;
+        for (int j = 0; j < R; j++) h[j] = h0 ? h0[sl * (size_t)R + (size_t)j] : 0.0;
+        for (int j = 0; j < H; j++) cc[j] = c0 ? c0[sl * (size_t)H + (size_t)j] : 0.0;
+        for (int64_t s = 0; s < len[b]; s++) {
+          const int64_t t = rev ? len[b] - 1 - s : s;
+          const double* xt = in + (size_t)(t * B + b) * (size_t)Il;
+          for (int r = 0; r < 4 * H; r++) {
+            double acc = 0.0;
+            if (m->b_ih[w]) acc += m->b_ih[w][r] + m->b_hh[w][r];
+            for (int i = 0; i < Il; i++) acc += m->w_ih[w][(size_t)r * (size_t)Il + (size_t)i] * xt[i];
+            for (int k = 0; k < R; k++) acc += m->w_hh[w][(size_t)r * (size_t)R + (size_t)k] * h[k];
+            gates[r] = acc;
+          }
+          for (int u = 0; u < H; u++) {
+            const double ig = sigm(gates[u]), fg = sigm(gates[H + u]);
+            const double gg = tanh(gates[2 * H + u]), og = sigm(gates[3 * H + u]);
+            cc[u] = fg * cc[u] + ig * gg;
+            hf[u] = og * tanh(cc[u]);
+          }
+          if (c->P) {
+            for (int p = 0; p < c->P; p++) {
+              double acc = 0.0;
+              for (int u = 0; u < H; u++) acc += m->w_hr[w][(size_t)p * (size_t)H + (size_t)u] * hf[u];
+              h[p] = acc;
+            }
+          } else {
+            memcpy(h, hf, (size_t)H * sizeof(double));
+          }
+          memcpy(out + (size_t)(t * B + b) * (size_t)DR + (size_t)d * (size_t)R, h,
+                 (size_t)R * sizeof(double));
+        }
+        memcpy(hn + sl * (size_t)R, h, (size_t)R * sizeof(double));
+        memcpy(cn + sl * (size_t)H, cc, (size_t)H * sizeof(double));
+      }
+    }
+    memcpy(in, out, (size_t)(T * B * DR) * sizeof(double));
+  }
+  memcpy(y, out, (size_t)(T * B * DR) * sizeof(double));
+  free(in);
+  free(out);
+  free(h);
+  free(hf);
+  free(cc);
+  free(gates);
+}
+
+/* ---- the engine under test ---------------------------------------------- */
+
+static size_t io_size(kl_dtype dt) { return dt == KL_F64 ? sizeof(double) : sizeof(float); }
+
+static void* to_io(const double* a, size_t n, kl_dtype dt) {
+  if (!a) return NULL;
+  void* p = xcalloc(n, io_size(dt));
+  for (size_t i = 0; i < n; i++) {
+    if (dt == KL_F64) ((double*)p)[i] = a[i];
+    else ((float*)p)[i] = (float)a[i];
+  }
+  return p;
+}
+
+static double io_get(const void* p, size_t i, kl_dtype dt) {
+  return dt == KL_F64 ? ((const double*)p)[i] : (double)((const float*)p)[i];
+}
+
+static kl_status create_engine(const model* m, kl_dtype dt, kl_lstm** out) {
+  const tcase* c = m->c;
+  kl_weights w[MAXW];
+  memset(w, 0, sizeof(w));
+  void* owned[MAXW * 5];
+  int n_owned = 0;
+  const size_t H = (size_t)c->H, R = (size_t)m->R;
+  for (int i = 0; i < c->L * m->D; i++) {
+    owned[n_owned++] = (void*)(w[i].w_ih = to_io(m->w_ih[i], 4 * H * (size_t)m->in_size[i], dt));
+    owned[n_owned++] = (void*)(w[i].w_hh = to_io(m->w_hh[i], 4 * H * R, dt));
+    owned[n_owned++] = (void*)(w[i].b_ih = to_io(m->b_ih[i], 4 * H, dt));
+    owned[n_owned++] = (void*)(w[i].b_hh = to_io(m->b_hh[i], 4 * H, dt));
+    owned[n_owned++] = (void*)(w[i].w_hr = to_io(m->w_hr[i], (size_t)c->P * H, dt));
+  }
+  kl_lstm_desc desc = {c->I, c->H, c->L, c->bidir, c->P, c->reverse, dt};
+  const kl_status st = kl_lstm_create(&desc, w, out);
+  /* the packed object must not depend on the caller's arrays */
+  for (int i = 0; i < n_owned; i++) {
+    if (owned[i]) memset(owned[i], 0xA5, 1); /* scribble before freeing */
+    free(owned[i]);
+  }
+  return st;
+}
+
+#define SENTINEL 777.0
+
+/* The raw output of one run and its double copies. */
+typedef struct result {
+  kl_status st;
+  void *ybuf, *hn, *cn; /* engine arrays */
+  size_t ybytes, hnbytes, cnbytes;
+  double *y, *hnd, *cnd; /* [T][B][DR], [LD][B][R], [LD][B][H] */
+  int pad_ok;            /* the padding of padded rows kept its sentinel */
+} result;
+
+typedef struct run_input {
+  const model* m;
+  kl_dtype dt;
+  int64_t T, B;
+  const double* x; /* [T][B][I] */
+  const int64_t* lengths;
+  const double *h0, *c0;
+} run_input;
+
+static void result_free(result* r) {
+  free(r->ybuf);
+  free(r->hn);
+  free(r->cn);
+  free(r->y);
+  free(r->hnd);
+  free(r->cnd);
+  memset(r, 0, sizeof(*r));
+}
+
+static void run_engine(const kl_lstm* lm, const run_input* in, int nth, result* r) {
+  const model* m = in->m;
+  const tcase* c = m->c;
+  const kl_dtype dt = in->dt;
+  const size_t esz = io_size(dt);
+  const int64_t T = in->T, B = in->B, I = c->I, DR = (int64_t)m->D * m->R;
+  const int64_t LD = (int64_t)c->L * m->D;
+  memset(r, 0, sizeof(*r));
+  int64_t xld = I, yld = DR, x_st, x_sb, y_st, y_sb;
+  if (c->layout == LAYOUT_SEQ_PADDED) {
+    xld = I + 3;
+    yld = DR + 5;
+  }
+  if (c->layout == LAYOUT_BATCH) {
+    x_st = xld; x_sb = T * xld;
+    y_st = yld; y_sb = T * yld;
+  } else {
+    x_sb = xld; x_st = B * xld;
+    y_sb = yld; y_st = B * yld;
+  }
+  void* x = xcalloc((size_t)(T * B * xld), esz);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t i = 0; i < xld; i++) {
+        const double v = i < I ? in->x[(size_t)((t * B + b) * I + i)] : 1e30; /* padding unused */
+        const size_t at = (size_t)(t * x_st + b * x_sb + i);
+        if (dt == KL_F64) ((double*)x)[at] = v;
+        else ((float*)x)[at] = (float)v;
+      }
+  const size_t ny = (size_t)(T * B * yld);
+  r->ybytes = ny * esz;
+  r->ybuf = xcalloc(ny, esz);
+  for (size_t i = 0; i < ny; i++) {
+    if (dt == KL_F64) ((double*)r->ybuf)[i] = SENTINEL;
+    else ((float*)r->ybuf)[i] = (float)SENTINEL;
+  }
+  const size_t nh = (size_t)(LD * B * m->R), nc = (size_t)(LD * B * c->H);
+  r->hnbytes = nh * esz;
+  r->cnbytes = nc * esz;
+  r->hn = xcalloc(nh, esz);
+  r->cn = xcalloc(nc, esz);
+  void* h0 = to_io(in->h0, nh, dt);
+  void* c0 = to_io(in->c0, nc, dt);
+  kl_run_args a;
+  memset(&a, 0, sizeof(a));
+  a.T = T;
+  a.B = B;
+  a.x = x;
+  a.x_st = x_st;
+  a.x_sb = x_sb;
+  a.y = r->ybuf;
+  a.y_st = y_st;
+  a.y_sb = y_sb;
+  a.h0 = h0;
+  a.c0 = c0;
+  a.h_n = r->hn;
+  a.c_n = r->cn;
+  a.lengths = in->lengths;
+  a.num_threads = nth;
+  r->st = kl_lstm_run(lm, &a);
+  r->y = xcalloc((size_t)(T * B * DR), sizeof(double));
+  r->hnd = xcalloc(nh, sizeof(double));
+  r->cnd = xcalloc(nc, sizeof(double));
+  r->pad_ok = 1;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t j = 0; j < yld; j++) {
+        const double v = io_get(r->ybuf, (size_t)(t * y_st + b * y_sb + j), dt);
+        if (j < DR) r->y[(size_t)((t * B + b) * DR + j)] = v;
+        else if (v != SENTINEL) r->pad_ok = 0;
+      }
+  for (size_t i = 0; i < nh; i++) r->hnd[i] = io_get(r->hn, i, dt);
+  for (size_t i = 0; i < nc; i++) r->cnd[i] = io_get(r->cn, i, dt);
+  free(x);
+  free(h0);
+  free(c0);
+}
+
+/* Largest |a - b|; NaN or Inf gives Inf. */
+static double max_err(const double* a, const double* b, size_t n) {
+  double e = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = fabs(a[i] - b[i]);
+    if (!(d <= e)) e = isfinite(d) ? d : INFINITY;
+  }
+  return e;
+}
+
+static const char* dtype_name(kl_dtype dt) {
+  return dt == KL_F64 ? "float64" : dt == KL_BF16 ? "bfloat16" : "float32";
+}
+
+static double tolerance(kl_dtype dt) { return dt == KL_F64 ? 1e-12 : dt == KL_BF16 ? 1e-2 : 2e-6; }
+
+static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
+  model m;
+  model_init(&m, c, dt != KL_F64);
+  const int64_t T = c->T, B = c->B;
+  const int D = m.D, R = m.R, H = c->H, LD = c->L * D;
+  const size_t ny = (size_t)(T * B * D * R), nh = (size_t)(LD * B * R), nc = (size_t)(LD * B * H);
+  double* x = rand_array((size_t)(T * B * c->I), 1.0, dt != KL_F64);
+  int64_t* len = xcalloc((size_t)B, sizeof(int64_t));
+  for (int64_t b = 0; b < B; b++) {
+    if (c->lengths == 1) len[b] = T - (b * 3) % T;      /* b == 0 has T */
+    else if (c->lengths == 2) len[b] = 1 + (b * 5 + 2) % (T - 1); /* all < T */
+    else len[b] = T;
+  }
+  double *h0 = NULL, *c0 = NULL;
+  if (c->state) {
+    h0 = rand_array(nh, 0.5, dt != KL_F64);
+    c0 = rand_array(nc, 0.5, dt != KL_F64);
+  }
+  double* y = xcalloc(ny, sizeof(double));
+  double* hn = xcalloc(nh, sizeof(double));
+  double* cn = xcalloc(nc, sizeof(double));
+  ref_lstm(&m, T, B, x, len, h0, c0, y, hn, cn);
+
+  char tag[256];
+  snprintf(tag, sizeof(tag), "[%s %s %s: I=%d H=%d L=%d D=%d P=%d%s T=%lld B=%lld%s%s %s]", isa,
+           dtype_name(dt), c->name, c->I, H, c->L, D, c->P, c->reverse ? " reverse" : "",
+           (long long)T, (long long)B, c->lengths ? " lengths" : "", c->state ? " h0/c0" : "",
+           layout_name[c->layout]);
+
+  kl_lstm* lm = NULL;
+  const kl_status cst = create_engine(&m, dt, &lm);
+  check(cst == KL_OK, "%s create: %s", tag, kl_status_str(cst));
+  if (cst == KL_OK) {
+    run_input in = {&m, dt, T, B, x, c->lengths ? len : NULL, h0, c0};
+    result r1, rn;
+    run_engine(lm, &in, 1, &r1);
+    if (r1.st != KL_OK) {
+      check(0, "%s run: %s", tag, kl_status_str(r1.st));
+    } else {
+      const double ey = max_err(r1.y, y, ny), eh = max_err(r1.hnd, hn, nh), ec = max_err(r1.cnd, cn, nc);
+      const double tol = tolerance(dt);
+      int zeros = 1;
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t t = len[b]; t < T; t++)
+          for (int j = 0; j < D * R; j++)
+            if (r1.y[(size_t)((t * B + b) * D * R + j)] != 0.0) zeros = 0;
+      check(ey <= tol && eh <= tol && ec <= tol && zeros && r1.pad_ok,
+            "%s vs double reference: max|dy|=%.3g max|dh_n|=%.3g max|dc_n|=%.3g (tol %.0e)%s%s", tag,
+            ey, eh, ec, tol, zeros ? "" : " NONZERO OUTPUT PAST LENGTH",
+            r1.pad_ok ? "" : " ROW PADDING OVERWRITTEN");
+      int same = 1;
+      char detail[128] = "";
+      for (int nth = 2; nth <= 4; nth *= 2) {
+        run_engine(lm, &in, nth, &rn);
+        if (rn.st != KL_OK || memcmp(rn.ybuf, r1.ybuf, r1.ybytes) != 0 ||
+            memcmp(rn.hn, r1.hn, r1.hnbytes) != 0 || memcmp(rn.cn, r1.cn, r1.cnbytes) != 0) {
+          same = 0;
+          snprintf(detail, sizeof(detail), " (num_threads=%d: %s, max|dy| vs 1 thread %.3g)", nth,
+                   kl_status_str(rn.st), max_err(rn.y, r1.y, ny));
+        }
+        result_free(&rn);
+      }
+      check(same, "%s num_threads 1,2,4 bitwise identical%s", tag, detail);
+    }
+    result_free(&r1);
+    kl_lstm_free(lm);
+  }
+  free(x);
+  free(len);
+  free(h0);
+  free(c0);
+  free(y);
+  free(hn);
+  free(cn);
+  model_free(&m);
+}
+
+/* ---- concurrent runs on one object -------------------------------------- */
+
+typedef struct conc_arg {
+  const kl_lstm* lm;
+  const run_input* in;
+  result r;
+} conc_arg;
+
+static void* conc_main(void* p) {
+  conc_arg* a = p;
+  for (int rep = 0; rep < 3; rep++) {
+    if (rep) result_free(&a->r);
+    run_engine(a->lm, a->in, 2, &a->r);
+  }
+  return NULL;
+}
+
+static void test_concurrent(const char* isa) {
+  const tcase* c = &CASES[11]; /* bi-h33-proj-lengths */
+  model m;
+  model_init(&m, c, 1);
+  double* x = rand_array((size_t)(c->T * c->B * c->I), 1.0, 1);
+  int64_t* len = xcalloc((size_t)c->B, sizeof(int64_t));
+  for (int64_t b = 0; b < c->B; b++) len[b] = c->T - (b * 3) % c->T;
+  kl_lstm* lm = NULL;
+  if (create_engine(&m, KL_F32, &lm) != KL_OK) {
+    check(0, "[%s] concurrent runs: create failed", isa);
+  } else {
+    run_input in = {&m, KL_F32, c->T, c->B, x, len, NULL, NULL};
+    result serial;
+    run_engine(lm, &in, 2, &serial);
+    conc_arg args[3];
+    pthread_t th[3];
+    int ok = serial.st == KL_OK;
+    for (int i = 0; i < 3; i++) {
+      args[i].lm = lm;
+      args[i].in = &in;
+      memset(&args[i].r, 0, sizeof(args[i].r));
+      if (pthread_create(&th[i], NULL, conc_main, &args[i]) != 0) {
+        fprintf(stderr, "test_core: pthread_create failed\n");
+        exit(2);
+      }
+    }
+    for (int i = 0; i < 3; i++) {
+      pthread_join(th[i], NULL);
+      ok = ok && args[i].r.st == KL_OK && memcmp(args[i].r.ybuf, serial.ybuf, serial.ybytes) == 0 &&
+           memcmp(args[i].r.hn, serial.hn, serial.hnbytes) == 0;
+      result_free(&args[i].r);
+    }
+    check(ok, "[%s float32 %s] 3 threads running one kl_lstm at once match a serial run bitwise",
+          isa, c->name);
+    result_free(&serial);
+    kl_lstm_free(lm);
+  }
+  free(x);
+  free(len);
+  model_free(&m);
+}
+
+/* ---- activations -------------------------------------------------------- */
+
+static void test_activations(const char* isa) {
+  enum { N = 4001 };
+  float* xs = xcalloc(N, sizeof(float));
+  float* ys = xcalloc(N, sizeof(float));
+  for (int i = 0; i < N; i++) xs[i] = (float)(-30.0 + 60.0 * i / (N - 1));
+  for (int kind = 0; kind < 2; kind++) {
+    kl_f32_activation(kind, N, xs, ys);
+    double e = 0.0;
+    for (int i = 0; i < N; i++) {
+      const double ref = kind == 0 ? sigm((double)xs[i]) : tanh((double)xs[i]);
+      const double d = fabs((double)ys[i] - ref);
+      if (!(d <= e)) e = isfinite(d) ? d : INFINITY;
+    }
+    check(e <= 2e-6, "[%s] kl_f32_activation %s on [-30, 30]: max abs error %.3g (tol 2e-6)", isa,
+          kind == 0 ? "sigmoid" : "tanh", e);
+  }
+  free(xs);
+  free(ys);
+}
+
+/* ---- argument checks ---------------------------------------------------- */
+
+static void test_bad_args(void) {
+  const int I = 5, H = 7;
+  float* wih = xcalloc(4 * H * I, sizeof(float));
+  float* whh = xcalloc(4 * H * H, sizeof(float));
+  float* whr = xcalloc((size_t)H * H, sizeof(float));
+  kl_weights w = {wih, whh, NULL, NULL, NULL};
+  kl_weights wp = {wih, whh, NULL, NULL, whr};
+  const kl_lstm_desc good = {I, H, 1, 0, 0, 0, KL_F32};
+  kl_lstm* lm = NULL;
+  kl_lstm* tmp;
+  kl_status st;
+  kl_lstm_desc d;
+
+#define EXPECT_CREATE(label, desc_ptr, w_ptr, out_ptr)                                      \
+  do {                                                                                      \
+    tmp = (kl_lstm*)0;                                                                      \
+    st = kl_lstm_create(desc_ptr, w_ptr, out_ptr);                                          \
+    check(st == KL_ERR_ARG, "[args] kl_lstm_create %s -> %s (want KL_ERR_ARG)", label,      \
+          kl_status_str(st));                                                               \
+    if (st == KL_OK && tmp) kl_lstm_free(tmp);                                              \
+  } while (0)
+
+  EXPECT_CREATE("desc NULL", NULL, &w, &tmp);
+  EXPECT_CREATE("weights NULL", &good, NULL, &tmp);
+  EXPECT_CREATE("out NULL", &good, &w, NULL);
+  d = good; d.input_size = 0;
+  EXPECT_CREATE("input_size 0", &d, &w, &tmp);
+  d = good; d.hidden_size = 0;
+  EXPECT_CREATE("hidden_size 0", &d, &w, &tmp);
+  d = good; d.num_layers = 0;
+  EXPECT_CREATE("num_layers 0", &d, &w, &tmp);
+  d = good; d.bidirectional = 2;
+  EXPECT_CREATE("bidirectional 2", &d, &w, &tmp);
+  d = good; d.proj_size = H;
+  EXPECT_CREATE("proj_size == hidden_size", &d, &wp, &tmp);
+  d = good; d.proj_size = H + 1;
+  EXPECT_CREATE("proj_size > hidden_size", &d, &wp, &tmp);
+  d = good; d.proj_size = -1;
+  EXPECT_CREATE("proj_size -1", &d, &w, &tmp);
+  d = good; d.proj_size = 3;
+  EXPECT_CREATE("proj_size 3 without w_hr", &d, &w, &tmp);
+  EXPECT_CREATE("w_hr without proj_size", &good, &wp, &tmp);
+  {
+    kl_weights wn = {NULL, whh, NULL, NULL, NULL};
+    EXPECT_CREATE("w_ih NULL", &good, &wn, &tmp);
+    kl_weights wn2 = {wih, NULL, NULL, NULL, NULL};
+    EXPECT_CREATE("w_hh NULL", &good, &wn2, &tmp);
+  }
+  d = good; d.bidirectional = 1; d.reverse = 1;
+  {
+    kl_weights w2[2] = {w, w};
+    EXPECT_CREATE("reverse with bidirectional", &d, w2, &tmp);
+  }
+  d = good; d.dtype = (kl_dtype)7;
+  EXPECT_CREATE("dtype 7", &d, &w, &tmp);
+#undef EXPECT_CREATE
+
+  st = kl_lstm_create(&good, &w, &lm);
+  check(st == KL_OK && lm != NULL, "[args] kl_lstm_create of a valid 5->7 LSTM -> %s",
+        kl_status_str(st));
+  if (st != KL_OK || !lm) goto out;
+  check(kl_lstm_get_desc(lm)->hidden_size == H && kl_lstm_get_desc(lm)->input_size == I,
+        "[args] kl_lstm_get_desc returns the description");
+
+  {
+    enum { T = 4, B = 3 };
+    float x[T * B * 5] = {0};
+    float y[T * B * 7] = {0};
+    int64_t lens[B] = {4, 2, 1};
+    kl_run_args good_a;
+    memset(&good_a, 0, sizeof(good_a));
+    good_a.T = T;
+    good_a.B = B;
+    good_a.x = x;
+    good_a.x_sb = I;
+    good_a.x_st = B * I;
+    good_a.y = y;
+    good_a.y_sb = H;
+    good_a.y_st = B * H;
+    good_a.lengths = lens;
+    good_a.num_threads = 1;
+    kl_run_args a;
+
+#define EXPECT_RUN(label, lstm, args_ptr)                                                    \
+  do {                                                                                      \
+    st = kl_lstm_run(lstm, args_ptr);                                                       \
+    check(st == KL_ERR_ARG, "[args] kl_lstm_run %s -> %s (want KL_ERR_ARG)", label,         \
+          kl_status_str(st));                                                               \
+  } while (0)
+
+    st = kl_lstm_run(lm, &good_a);
+    check(st == KL_OK, "[args] kl_lstm_run with valid arguments -> %s", kl_status_str(st));
+    EXPECT_RUN("lstm NULL", NULL, &good_a);
+    EXPECT_RUN("args NULL", lm, NULL);
+    a = good_a; a.T = 0;
+    EXPECT_RUN("T=0", lm, &a);
+    a = good_a; a.T = -1;
+    EXPECT_RUN("T=-1", lm, &a);
+    a = good_a; a.B = -1;
+    EXPECT_RUN("B=-1", lm, &a);
+    a = good_a; a.x = NULL;
+    EXPECT_RUN("x NULL", lm, &a);
+    a = good_a; a.y = NULL;
+    EXPECT_RUN("y NULL", lm, &a);
+    a = good_a; a.num_threads = 0;
+    EXPECT_RUN("num_threads 0", lm, &a);
+    {
+      int64_t bad[B] = {4, 0, 1};
+      a = good_a; a.lengths = bad;
+      EXPECT_RUN("a length 0", lm, &a);
+    }
+    {
+      int64_t bad[B] = {4, T + 1, 1};
+      a = good_a; a.lengths = bad;
+      EXPECT_RUN("a length T+1", lm, &a);
+    }
+    {
+      int64_t bad[B] = {-3, 2, 1};
+      a = good_a; a.lengths = bad;
+      EXPECT_RUN("a length -3", lm, &a);
+    }
+    a = good_a; a.x_sb = I + 1; /* x_st == B*I no longer B*x_sb: not one strided sequence */
+    EXPECT_RUN("x strides not one sequence", lm, &a);
+    a = good_a; a.x_sb = I - 1; a.x_st = B * (I - 1); /* rows overlap */
+    EXPECT_RUN("x row stride < input_size", lm, &a);
+#undef EXPECT_RUN
+  }
+  kl_lstm_free(lm);
+out:
+  kl_lstm_free(NULL); /* must be a no-op */
+  st = kl_isa_set((kl_isa)7);
+  check(st == KL_ERR_ARG, "[args] kl_isa_set(7) -> %s (want KL_ERR_ARG)", kl_status_str(st));
+  st = kl_isa_set((kl_isa)-1);
+  check(st == KL_ERR_ARG, "[args] kl_isa_set(-1) -> %s (want KL_ERR_ARG)", kl_status_str(st));
+  free(wih);
+  free(whh);
+  free(whr);
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+int main(void) {
+  const kl_isa best = kl_isa_detected();
+  printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
+         kl_blas_name(), kl_isa_name(best), kl_isa_name(kl_isa_active()), kl_cpu_has_avx512bf16());
+  check(kl_dtype_io_size(KL_F32) == 4 && kl_dtype_io_size(KL_BF16) == 4 && kl_dtype_io_size(KL_F64) == 8,
+        "[api] kl_dtype_io_size: float32 4, bfloat16 4, float64 8");
+
+  test_bad_args();
+
+  for (int isa = KL_ISA_SCALAR; isa <= KL_ISA_AVX512; isa++) {
+    const char* name = kl_isa_name((kl_isa)isa);
+    const kl_status st = kl_isa_set((kl_isa)isa);
+    if (isa > (int)best) {
+      check(st == KL_ERR_ARG, "[%s] kl_isa_set for an ISA this CPU lacks -> %s (want KL_ERR_ARG)",
+            name, kl_status_str(st));
+      printf("SKIP [%s] not supported by this CPU (or build)\n", name);
+      continue;
+    }
+    check(st == KL_OK && kl_isa_active() == (kl_isa)isa, "[%s] kl_isa_set -> %s, active %s", name,
+          kl_status_str(st), kl_isa_name(kl_isa_active()));
+    if (st != KL_OK) continue;
+    test_activations(name);
+    const kl_dtype dts[3] = {KL_F32, KL_BF16, KL_F64};
+    for (int di = 0; di < 3; di++)
+      for (int ci = 0; ci < NCASES; ci++) test_case(&CASES[ci], dts[di], name);
+    test_concurrent(name);
+  }
+  kl_isa_set(best);
+
+  printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed ? 1 : 0;
+}
