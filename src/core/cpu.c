@@ -116,6 +116,17 @@ kl_f32_vunary_fn kl_select_vtanh(void) {
   return kl_f32_vtanh__scalar;
 }
 
+kl_f32_rsum_fn kl_select_rsum(void) {
+#ifdef KL_HAVE_X86
+  switch (kl_isa_active()) {
+    case KL_ISA_AVX512: return kl_f32_rsum__avx512f;
+    case KL_ISA_AVX2: return kl_f32_rsum__avx2fma;
+    default: break;
+  }
+#endif
+  return kl_f32_rsum__scalar;
+}
+
 void kl_f32_activation(int kind, size_t n, const float* x, float* y) {
   (kind == 0 ? kl_select_vsigmoid() : kl_select_vtanh())(n, x, y);
 }

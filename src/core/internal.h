@@ -55,6 +55,9 @@ kl_kernels kl_select_kernels(kl_wtype wt);
 /* The active ISA's float32 activations. */
 kl_f32_vunary_fn kl_select_vsigmoid(void);
 kl_f32_vunary_fn kl_select_vtanh(void);
+/* The active ISA's read-bandwidth probe (sum of n floats). */
+typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
+kl_f32_rsum_fn kl_select_rsum(void);
 
 /* ---- thread pool (threadpool.c) ---- */
 typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
@@ -82,7 +85,8 @@ void kl_barrier_wait(kl_barrier* b);
   void kl_bf16_lstmproj_ukernel__##isa(size_t, size_t, size_t, const void*, size_t,          \
                                        const void* const*, void* const*);                    \
   void kl_f32_vsigmoid__##isa(size_t, const float*, float*);                                 \
-  void kl_f32_vtanh__##isa(size_t, const float*, float*);
+  void kl_f32_vtanh__##isa(size_t, const float*, float*);                                    \
+  float kl_f32_rsum__##isa(size_t, const float*);
 
 KL_DECLARE_ISA(scalar)
 #if defined(__x86_64__) || defined(_M_X64)

@@ -101,6 +101,12 @@ int kl_cpu_has_avx512bf16(void);
  * kind 0 = sigmoid, 1 = tanh. */
 void kl_f32_activation(int kind, size_t n, const float* x, float* y);
 
+/* Machine-limit probes (benchmarks): best seconds over reps of an
+ * [M,K]x[K,N] sgemm run like the engine's input projection on nth threads,
+ * and of one read of an nbytes buffer that is already in cache. */
+double kl_bench_sgemm(int M, int N, int K, int nth, int reps);
+double kl_bench_stream(size_t nbytes, int reps);
+
 /* Which BLAS the core was linked against (a static string). */
 const char* kl_blas_name(void);
 

@@ -431,7 +431,40 @@ static PyObject* mod_bytes_equal(PyObject* m, PyObject* args) {
   return PyBool_FromLong(same);
 }
 
+static PyObject* mod_bench_sgemm(PyObject* m, PyObject* args) {
+  (void)m;
+  int M, N, K, nth, reps;
+  if (!PyArg_ParseTuple(args, "iiiii", &M, &N, &K, &nth, &reps)) return NULL;
+  double t;
+  Py_BEGIN_ALLOW_THREADS
+  t = kl_bench_sgemm(M, N, K, nth, reps);
+  Py_END_ALLOW_THREADS
+  if (t < 0) {
+    PyErr_SetString(PyExc_ValueError, "bench_sgemm: need positive sizes, threads and reps (or out of memory)");
+    return NULL;
+  }
+  return PyFloat_FromDouble(t);
+}
+
+static PyObject* mod_bench_stream(PyObject* m, PyObject* args) {
+  (void)m;
+  Py_ssize_t nbytes;
+  int reps;
+  if (!PyArg_ParseTuple(args, "ni", &nbytes, &reps)) return NULL;
+  double t;
+  Py_BEGIN_ALLOW_THREADS
+  t = nbytes < 64 ? -1.0 : kl_bench_stream((size_t)nbytes, reps);
+  Py_END_ALLOW_THREADS
+  if (t < 0) {
+    PyErr_SetString(PyExc_ValueError, "bench_stream: need nbytes >= 64 and reps >= 1 (or out of memory)");
+    return NULL;
+  }
+  return PyFloat_FromDouble(t);
+}
+
 static PyMethodDef module_methods[] = {
+    {"bench_sgemm", mod_bench_sgemm, METH_VARARGS, "bench_sgemm(M, N, K, num_threads, reps): best seconds of the engine-style sgemm."},
+    {"bench_stream", mod_bench_stream, METH_VARARGS, "bench_stream(nbytes, reps): best seconds to read a cached buffer once."},
     {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2' or 'avx512' for engines built afterwards."},
     {"get_isa", mod_get_isa, METH_NOARGS, "The ISA new engines use."},
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
