@@ -25,6 +25,7 @@ typedef struct kl_layer {
   size_t in_size; /* input features of this layer */
   void* w_ih;     /* packed, io type */
   void* w_hh[2];  /* panels, weight type */
+  void* w_hh_rm[2]; /* [4*Hp, R] io type, for the large-batch GEMM path (not bf16) */
   void* bias[2];  /* io type */
   void* w_hr[2];  /* panels, weight type, or NULL */
 } kl_layer;
@@ -142,6 +143,7 @@ void kl_lstm_free(kl_lstm* m) {
       free(L->w_ih);
       for (int d = 0; d < 2; d++) {
         free(L->w_hh[d]);
+        free(L->w_hh_rm[d]);
         free(L->bias[d]);
         free(L->w_hr[d]);
       }
@@ -202,6 +204,13 @@ kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl
         }
       L->w_hh[d] = pack_whh(m, w->w_hh);
       if (!L->w_hh[d]) goto nomem;
+      if (m->wt != KL_W_BF16) {
+        L->w_hh_rm[d] = xalloc(4 * Hp * m->R * m->esz);
+        if (!L->w_hh_rm[d]) goto nomem;
+        for (size_t g = 0; g < 4; g++)
+          memcpy((char*)L->w_hh_rm[d] + (g * Hp) * m->R * m->esz,
+                 (const char*)w->w_hh + (g * H) * m->R * m->esz, H * m->R * m->esz);
+      }
       if (m->P) {
         L->w_hr[d] = pack_whr(m, w->w_hr);
         if (!L->w_hr[d]) goto nomem;
@@ -241,30 +250,73 @@ typedef struct run_ctx {
   kl_barrier* gbar; /* [D] after each group's input GEMM */
   /* per-thread scratch */
   kl_cell_row* rows;   /* [nth][B] */
-  const void** ptrs;   /* [nth][2B] */
+  const void** ptrs;   /* [nth][3B] */
   int32_t* mine;       /* [nth][B] */
+  char* gscratch;      /* [nth][CHUNK * (R + 4*Hp)], GEMM path */
   int nth;
 } run_ctx;
+
+/* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T + beta*C. */
+static void gemm(const kl_lstm* m, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                 const void* Bm, int beta, void* C, int64_t ldc) {
+  if (m->esz == sizeof(double))
+    kl_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, A,
+                   (int)lda, Bm, (int)K, (double)beta, C, (int)ldc);
+  else
+    kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A,
+                   (int)lda, Bm, (int)K, (float)beta, C, (int)ldc);
+}
 
 static void split(size_t n, int i, int p, size_t* lo, size_t* hi) {
   *lo = n * (size_t)i / (size_t)p;
   *hi = n * (size_t)(i + 1) / (size_t)p;
 }
 
-/* Threads per direction group and the split mode, the same for all threads. */
-static int unit_split(int p, int64_t B) { return p > 1 && B < 4 * (int64_t)p; }
+/* Batch elements (in decreasing-length order) are processed in fixed chunks
+ * of CHUNK. A chunk whose active elements fill it takes the GEMM path (one
+ * BLAS call for W_hh h of the whole chunk, then the cell kernel with R = 0 for
+ * the gates); otherwise the cell micro-kernel. Chunks never depend on the
+ * thread count, so neither do the results. A direction group of p > 1
+ * threads splits hidden units (with a barrier per step) when B < CHUNK, else
+ * it deals out whole chunks. */
+#define CHUNK 16
+static int unit_split(int p, int64_t B) { return p > 1 && B < CHUNK; }
+
+/* One step for n active elements starting at rows[0]: gates and c, h. */
+static void cell_step(const run_ctx* x, int d, size_t n, kl_cell_row* rows, size_t blk0,
+                      size_t blk1, char* scratch) {
+  const kl_lstm* m = x->m;
+  const size_t esz = m->esz, R = m->R, Hp = m->Hp, G4 = 4 * Hp;
+  const void* wrm = x->L->w_hh_rm[d];
+  if (n == CHUNK && wrm && !getenv("KL_NOGEMM")) {
+    char* A = scratch;              /* [CHUNK, R] h_{t-1} */
+    char* S = scratch + CHUNK * R * esz; /* [CHUNK, 4Hp] gx + W_hh h */
+    for (size_t i = 0; i < n; i++) {
+      memcpy(A + i * R * esz, rows[i].h, R * esz);
+      memcpy(S + i * G4 * esz, rows[i].gx, G4 * esz);
+      rows[i].gx = S + i * G4 * esz;
+    }
+    gemm(m, (int64_t)n, (int64_t)G4, (int64_t)R, A, (int64_t)R, wrm, 1, S, (int64_t)G4);
+    m->k.cell(0, Hp, blk0, blk1, x->L->w_hh[d], x->L->bias[d], n, rows);
+  } else {
+    m->k.cell(R, Hp, blk0, blk1, x->L->w_hh[d], x->L->bias[d], n, rows);
+  }
+}
 
 static void run_direction(const run_ctx* x, int d, int gi, int p, int ith) {
   const kl_lstm* m = x->m;
   const size_t esz = m->esz, R = m->R, Rs = m->Rs, Hp = m->Hp;
   const int by_units = unit_split(p, x->B);
   kl_cell_row* rows = x->rows + (size_t)ith * (size_t)x->B;
-  const void** hin = x->ptrs + (size_t)ith * 2 * (size_t)x->B;
+  const void** hin = x->ptrs + (size_t)ith * 3 * (size_t)x->B;
   void** hout = (void**)(hin + x->B);
+  char** dst = (char**)(hin + 2 * x->B); /* where each active row's h goes in the output */
   int32_t* mine = x->mine + (size_t)ith * (size_t)x->B;
+  char* scratch = x->gscratch + (size_t)ith * CHUNK * (R + 4 * Hp) * esz;
+  /* my elements: whole chunks, each in decreasing-length order */
   int64_t n_mine = 0;
   for (int64_t i = 0; i < x->B; i++)
-    if (by_units || i % p == gi) mine[n_mine++] = x->ord[i];
+    if (by_units || (i / CHUNK) % p == gi) mine[n_mine++] = x->ord[i];
   if (n_mine == 0) return;
   size_t blk0 = 0, blk1 = Hp / KL_NR, pb0 = 0, pb1 = m->Pp / KL_NR;
   if (by_units) {
@@ -277,37 +329,35 @@ static void run_direction(const run_ctx* x, int d, int gi, int p, int ith) {
   if (o0 > o1) o0 = o1;
   kl_barrier* bar = &x->bar[d];
   const int reverse = d == 1 || m->desc.reverse;
-  const void* whh = x->L->w_hh[d];
-  const void* bias = x->L->bias[d];
-  const void* whr = x->L->w_hr[d];
-  const int64_t steps = x->len[mine[0]];
-  int64_t nb = n_mine;
+  int64_t steps = 0;
+  for (int64_t i = 0; i < n_mine; i++)
+    if (x->len[mine[i]] > steps) steps = x->len[mine[i]];
   for (int64_t s = 0; s < steps; s++) {
-    while (nb > 0 && x->len[mine[nb - 1]] <= s) nb--;
     const int cur = (int)(s & 1), nxt = cur ^ 1;
-    for (int64_t i = 0; i < nb; i++) {
-      const int64_t b = mine[i];
-      const int64_t t = reverse ? x->len[b] - 1 - s : s;
-      rows[i].gx = x->G + ((size_t)(t * x->gt + b * x->gb) * x->ldg + (size_t)d * 4 * Hp) * esz;
-      rows[i].h = x->hbuf[d] + ((size_t)cur * (size_t)x->B + (size_t)b) * Rs * esz;
-      rows[i].c = x->c[d] + (size_t)b * Hp * esz;
-      char* hn = x->hbuf[d] + ((size_t)nxt * (size_t)x->B + (size_t)b) * Rs * esz;
-      rows[i].h_out = m->P ? x->hfull[d] + (size_t)b * Hp * esz : hn;
-      hin[i] = rows[i].h_out;
-      hout[i] = hn;
+    size_t nb = 0;
+    for (int64_t c0 = 0; c0 < n_mine; c0 += CHUNK) {
+      const size_t first = nb;
+      for (int64_t i = c0; i < n_mine && i < c0 + CHUNK && x->len[mine[i]] > s; i++, nb++) {
+        const int64_t b = mine[i];
+        const int64_t t = reverse ? x->len[b] - 1 - s : s;
+        rows[nb].gx = x->G + ((size_t)(t * x->gt + b * x->gb) * x->ldg + (size_t)d * 4 * Hp) * esz;
+        rows[nb].h = x->hbuf[d] + ((size_t)cur * (size_t)x->B + (size_t)b) * Rs * esz;
+        rows[nb].c = x->c[d] + (size_t)b * Hp * esz;
+        char* hn = x->hbuf[d] + ((size_t)nxt * (size_t)x->B + (size_t)b) * Rs * esz;
+        rows[nb].h_out = m->P ? x->hfull[d] + (size_t)b * Hp * esz : hn;
+        hin[nb] = rows[nb].h_out;
+        hout[nb] = hn;
+        dst[nb] = x->out + ((size_t)(t * x->out_st + b * x->out_sb) + (size_t)d * R + o0) * esz;
+      }
+      if (nb > first) cell_step(x, d, nb - first, rows + first, blk0, blk1, scratch);
     }
-    m->k.cell(R, Hp, blk0, blk1, whh, bias, (size_t)nb, rows);
+    if (nb == 0) break;
     if (m->P) {
       if (by_units) kl_barrier_wait(bar);
-      m->k.proj(m->H, pb0, pb1, whr, (size_t)nb, hin, hout);
+      m->k.proj(m->H, pb0, pb1, x->L->w_hr[d], nb, hin, hout);
     }
     if (by_units) kl_barrier_wait(bar);
-    for (int64_t i = 0; i < nb; i++) {
-      const int64_t b = mine[i];
-      const int64_t t = reverse ? x->len[b] - 1 - s : s;
-      memcpy(x->out + ((size_t)(t * x->out_st + b * x->out_sb) + (size_t)d * R + o0) * esz,
-             (const char*)hout[i] + o0 * esz, (o1 - o0) * esz);
-    }
+    for (size_t i = 0; i < nb; i++) memcpy(dst[i], (const char*)hout[i] + o0 * esz, (o1 - o0) * esz);
   }
 }
 
@@ -345,17 +395,6 @@ static int row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K,
   return *ld >= K && *ld <= INT_MAX;
 }
 
-/* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T. */
-static void gemm(const kl_lstm* m, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-                 const void* Bm, void* C, int64_t ldc) {
-  if (m->esz == sizeof(double))
-    kl_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, A,
-                   (int)lda, Bm, (int)K, 0.0, C, (int)ldc);
-  else
-    kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A,
-                   (int)lda, Bm, (int)K, 0.0f, C, (int)ldc);
-}
-
 /* Input gates of direction d: fixed tiles of GEMM_MC rows x GEMM_NC columns,
  * dealt to the p threads of the direction's group. The tiling never depends
  * on the thread count, so neither do the results. */
@@ -372,7 +411,7 @@ static void input_gates(const run_ctx* x, int d, int gi, int p) {
     const int64_t nc = (int64_t)N - c0 < GEMM_NC ? (int64_t)N - c0 : GEMM_NC;
     const size_t col = (size_t)d * N + (size_t)c0;
     gemm(m, mr, nc, (int64_t)K, x->in + (size_t)(r0 * x->lda) * esz, x->lda,
-         (const char*)x->L->w_ih + col * K * esz, (char*)x->G + ((size_t)r0 * x->ldg + col) * esz,
+         (const char*)x->L->w_ih + col * K * esz, 0, (char*)x->G + ((size_t)r0 * x->ldg + col) * esz,
          (int64_t)x->ldg);
   }
 }
@@ -404,9 +443,10 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   int32_t* ord = malloc((size_t)B * sizeof(int32_t));
   kl_barrier* bar = aligned_alloc(64, kl_round_up(4 * sizeof(kl_barrier), 64));
   kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
-  const void** ptrs = malloc((size_t)nth * 2 * (size_t)B * sizeof(void*));
+  const void** ptrs = malloc((size_t)nth * 3 * (size_t)B * sizeof(void*));
   int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
-  if (!G || !state || !len || !ord || !bar || !rows || !ptrs || !mine) goto done;
+  char* gscratch = malloc((size_t)nth * CHUNK * (R + 4 * Hp) * esz);
+  if (!G || !state || !len || !ord || !bar || !rows || !ptrs || !mine || !gscratch) goto done;
   for (int i = 0; i < (nl > 2 ? 2 : nl - 1); i++)
     if (!(inter[i] = xalloc(TB * DR * esz))) goto done;
 
@@ -432,6 +472,7 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   x.rows = rows;
   x.ptrs = ptrs;
   x.mine = mine;
+  x.gscratch = gscratch;
   x.nth = nth;
   for (int d = 0; d < D; d++) {
     char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
@@ -509,5 +550,6 @@ done:
   free(rows);
   free(ptrs);
   free(mine);
+  free(gscratch);
   return status;
 }
