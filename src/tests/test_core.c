@@ -92,6 +92,11 @@ static const tcase CASES[] = {
     {"uni-h33-T1", 5, 33, 1, 0, 0, 0, 1, 3, 0, 1, 1, LAYOUT_SEQ},
     {"bi-h33-B1", 5, 33, 1, 1, 0, 0, 6, 1, 0, 1, 1, LAYOUT_SEQ_PADDED},
     {"bi-h7-T1-B1", 5, 7, 1, 1, 0, 0, 1, 1, 0, 1, 1, LAYOUT_SEQ},
+    /* B >= 16: threads share out whole batch chunks instead of hidden units */
+    {"uni-h7-B16", 5, 7, 1, 0, 0, 0, 4, 16, 0, 1, 1, LAYOUT_SEQ_PADDED},
+    {"uni-h33-B37-lengths", 5, 33, 1, 0, 0, 0, 5, 37, 1, 1, 1, LAYOUT_SEQ},
+    {"bi-h33-proj-B20-short", 5, 33, 1, 1, 17, 0, 4, 20, 2, 0, 1, LAYOUT_BATCH},
+    {"bi-h33-proj-2layer-B35", 5, 33, 2, 1, 9, 0, 4, 35, 1, 1, 1, LAYOUT_SEQ},
 };
 #define NCASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
 
@@ -474,8 +479,15 @@ static void* conc_main(void* p) {
   return NULL;
 }
 
+static const tcase* find_case(const char* name) {
+  for (int i = 0; i < NCASES; i++)
+    if (strcmp(CASES[i].name, name) == 0) return &CASES[i];
+  fprintf(stderr, "test_core: no case %s\n", name);
+  exit(2);
+}
+
 static void test_concurrent(const char* isa) {
-  const tcase* c = &CASES[11]; /* bi-h33-proj-lengths */
+  const tcase* c = find_case("bi-h33-proj-lengths");
   model m;
   model_init(&m, c, 1);
   double* x = rand_array((size_t)(c->T * c->B * c->I), 1.0, 1);

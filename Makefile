@@ -1,0 +1,216 @@
+# kokoro_lstm developer entry points. The test command is `make test`.
+#
+#   make venv         .venv with torch==2.13.0 (CPU), NumPy, pytest, TVM, ONNX Runtime, ...
+#                     and this package installed editable (a stamp makes reruns instant)
+#   make test         venv + C core test (ctest) + pytest -q tests/ with KOKORO_LSTM_REQUIRE=1
+#   make ctest        the C core test program (src/tests/test_core.c), no Python
+#   make asan         the same under AddressSanitizer + UBSan (leak checking on)
+#   make debian-test  build with Debian's /usr/bin/python3 + libopenblas-dev in a
+#                     separate tree (build-c/debian) and run the core Python tests there
+#   make demo         build info and a tiny LSTM against the NumPy reference
+#   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
+#   make clean        build outputs (keeps .venv); `make distclean` also removes .venv
+#
+# BLAS for the C test follows setup.py: KOKORO_LSTM_BLAS=auto (default: the
+# system OpenBLAS via pkg-config, else the scipy-openblas32 wheel from .venv),
+# system, or scipy-openblas32.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip --no-input
+PIPC := -c constraints.txt
+# extra pip arguments for the torch install (e.g. --index-url https://download.pytorch.org/whl/cpu)
+TORCH_PIP_ARGS ?=
+# the Kokoro TTS package: tests/test_torch_ops.py exports its real TextEncoder /
+# ProsodyPredictor (random init, no network)
+TEST_EXTRAS ?= kokoro==0.9.4
+VENV_STAMP := $(VENV)/.kokoro-venv.stamp
+EXT_STAMP := $(VENV)/.kokoro-ext.stamp
+
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+# ---- C sources and flags (the same per-file ISA flags as setup.py) -------------------
+CORE_SRCS := $(sort $(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c))
+TEST_SRC := src/tests/test_core.c
+HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h)
+CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fno-math-errno \
+                 -ffp-contract=off
+OPT_O2 := -O2
+OPT_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer -g -O1
+INCS := -Isrc/include -Isrc/core -Isrc/kernels
+isa_flags = $(strip $(if $(filter %-avx2fma.c,$(1)),-mavx2 -mfma) \
+                    $(if $(filter %-avx512f.c,$(1)),-mavx512f -mfma) \
+                    $(if $(filter %-avx512bf16.c,$(1)),-mavx512f -mavx512bf16 -mfma))
+
+# ---- BLAS for the C test ----------------------------------------------------------------
+KOKORO_LSTM_BLAS ?= auto
+HAVE_PC_OPENBLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo yes)
+ifeq ($(KOKORO_LSTM_BLAS),scipy-openblas32)
+CBLAS := scipy-openblas32
+else ifeq ($(HAVE_PC_OPENBLAS),yes)
+CBLAS := system
+else ifeq ($(KOKORO_LSTM_BLAS),system)
+CBLAS := missing
+else
+CBLAS := scipy-openblas32
+endif
+CBUILD := build-c/$(CBLAS)
+BLAS_FLAGS := $(CBUILD)/blas.cflags $(CBUILD)/blas.libs
+ifeq ($(CBLAS),scipy-openblas32)
+BLAS_DEPS := $(VENV_STAMP)
+else
+BLAS_DEPS :=
+endif
+
+O2_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(TEST_SRC))
+ASAN_OBJS := $(patsubst %.c,$(CBUILD)/asan/%.o,$(CORE_SRCS) $(TEST_SRC))
+O2_BIN := $(CBUILD)/o2/test_core
+ASAN_BIN := $(CBUILD)/asan/test_core
+
+# ---- Debian's own stack --------------------------------------------------------------------
+DEB_PY := /usr/bin/python3
+DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenblas-dev pkg-config
+DEB_DIR := build-c/debian
+DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py
+
+.PHONY: all venv ext test ctest asan debian-test demo bench clean distclean
+
+all: test
+
+# ---- venv -------------------------------------------------------------------------------
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): constraints.txt pyproject.toml
+	@echo "== venv: $(VENV)"
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --progress-bar off $(PIPC) $(TORCH_PIP_ARGS) torch==2.13.0
+	$(PIP) install --progress-bar off $(PIPC) numpy pytest scipy-openblas32 setuptools wheel apache-tvm \
+	    onnxruntime onnx matplotlib
+	$(PIP) install --progress-bar off $(PIPC) $(TEST_EXTRAS)
+	$(PIP) install --progress-bar off $(PIPC) --no-build-isolation -e .
+	touch $@ $(EXT_STAMP)
+
+# The editable install builds kokoro_lstm/_core*.so in the tree; rebuild it
+# whenever a C source, a header or setup.py changes.
+ext: $(EXT_STAMP)
+
+$(EXT_STAMP): $(VENV_STAMP) $(CORE_SRCS) src/python/module.c $(HDRS) setup.py
+	@echo "== rebuilding the extension in place"
+	$(VPY) setup.py -q build_ext --inplace
+	touch $@
+
+# ---- tests -------------------------------------------------------------------------------
+test: venv ext $(O2_BIN)
+	@rc=0; \
+	echo "== C core test ($(O2_BIN))"; \
+	$(O2_BIN) || rc=1; \
+	echo "== pytest -q tests (KOKORO_LSTM_REQUIRE=1)"; \
+	export KOKORO_LSTM_REQUIRE=1; \
+	$(VPY) -m pytest -q tests || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test: FAILED"; else echo "make test: all passed"; fi; \
+	exit $$rc
+
+ctest: $(O2_BIN)
+	$(O2_BIN)
+
+asan: $(ASAN_BIN)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	$(ASAN_BIN)
+
+$(BLAS_FLAGS) &: $(BLAS_DEPS)
+	@mkdir -p $(CBUILD)
+ifeq ($(CBLAS),system)
+	pkg-config --cflags openblas > $(CBUILD)/blas.cflags
+	pkg-config --libs openblas > $(CBUILD)/blas.libs
+else ifeq ($(CBLAS),scipy-openblas32)
+	$(VPY) -c 'import scipy_openblas32 as s; print("-DKL_BLAS_SCIPY=1 -I" + s.get_include_dir())' \
+	    > $(CBUILD)/blas.cflags
+	$(VPY) -c 'import scipy_openblas32 as s; d = s.get_lib_dir(); \
+	    print("-L%s -l%s -Wl,-rpath,%s" % (d, s.get_library(), d))' > $(CBUILD)/blas.libs
+else
+	@echo "KOKORO_LSTM_BLAS=system but pkg-config finds no openblas (apt-get install libopenblas-dev pkg-config)"; exit 1
+endif
+
+$(CBUILD)/o2/%.o: %.c $(HDRS) $(BLAS_FLAGS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) $(OPT_O2) $(call isa_flags,$<) $(INCS) $$(cat $(CBUILD)/blas.cflags) -c $< -o $@
+
+$(CBUILD)/asan/%.o: %.c $(HDRS) $(BLAS_FLAGS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) $(OPT_ASAN) $(call isa_flags,$<) $(INCS) $$(cat $(CBUILD)/blas.cflags) -c $< -o $@
+
+$(O2_BIN): $(O2_OBJS) $(BLAS_FLAGS)
+	$(CC) $(CFLAGS_COMMON) $(OPT_O2) -o $@ $(O2_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+
+$(ASAN_BIN): $(ASAN_OBJS) $(BLAS_FLAGS)
+	$(CC) $(CFLAGS_COMMON) $(OPT_ASAN) -o $@ $(ASAN_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+
+# Debian 12's python3 (numpy 1.24, no torch) + libopenblas-dev, built in a copy of the
+# tree so the venv's editable build is untouched. Torch tests skip there: no
+# KOKORO_LSTM_REQUIRE for this run.
+debian-test:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "debian-test needs:$$missing (apt-get install them as root)"; exit 1; fi; \
+	  echo "== apt-get install$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y --no-install-recommends $$missing || \
+	    { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
+	fi
+	@echo "== copying the tree to $(DEB_DIR)"
+	rm -rf $(DEB_DIR)
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  files=$$(mktemp); \
+	  git ls-files -z --cached --others --exclude-standard -- . ':!build-c' > $$files; \
+	  mkdir -p $(DEB_DIR); \
+	  while IFS= read -r -d '' f; do [ -f "$$f" ] && printf '%s\0' "$$f"; done < $$files \
+	    | xargs -0 -r cp --parents -t $(DEB_DIR); \
+	  rm -f $$files; \
+	else \
+	  mkdir -p $(DEB_DIR); \
+	  tar -c --exclude=./.venv --exclude=./build --exclude=./build-c --exclude=./.git \
+	    --exclude='*.so' --exclude='*.o' --exclude=__pycache__ --exclude=.pytest_cache \
+	    --exclude=./kokoro_lstm/_build_config.py . | tar -x -C $(DEB_DIR); \
+	fi
+	@echo "== $(DEB_PY) setup.py build_ext --inplace (KOKORO_LSTM_BLAS=system)"
+	cd $(DEB_DIR) && env -u KOKORO_LSTM_REQUIRE -u PYTHONPATH -u VIRTUAL_ENV PYTHONNOUSERSITE=1 \
+	    KOKORO_LSTM_BLAS=system $(DEB_PY) setup.py -q build_ext --inplace
+	cd $(DEB_DIR) && env -u KOKORO_LSTM_REQUIRE -u PYTHONPATH -u VIRTUAL_ENV PYTHONNOUSERSITE=1 \
+	    $(DEB_PY) -c 'import numpy, kokoro_lstm; print("debian:", "numpy", numpy.__version__, kokoro_lstm.build_info())'
+	cd $(DEB_DIR) && env -u KOKORO_LSTM_REQUIRE -u PYTHONPATH -u VIRTUAL_ENV PYTHONNOUSERSITE=1 \
+	    $(DEB_PY) -m pytest -q -p no:cacheprovider $(DEB_TESTS)
+
+# ---- demo / bench (demo is a placeholder for the real one) -------------------------
+demo: venv ext
+	$(VPY) -c "import kokoro_lstm; print(kokoro_lstm.build_info())"
+	$(VPY) -c "import numpy as np, kokoro_lstm as kl; from kokoro_lstm import reference as ref; \
+	g = np.random.default_rng(0); T, B, I, H = 50, 4, 16, 64; k = H ** -0.5; \
+	x = g.standard_normal((T, B, I)).astype(np.float32); \
+	w = [g.uniform(-k, k, s).astype(np.float32) for s in ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]; \
+	y, h, c = kl.lstm_forward(x, *w); yr, hr, cr = ref.lstm_forward(x, *w); \
+	print('LSTM T=%d B=%d I=%d H=%d float32: max |y - reference| = %.3g' % (T, B, I, H, np.abs(y - yr).max()))"
+
+# BENCH_ARGS, e.g. "--quick --threads 1,2" (see the script's --help)
+BENCH_ARGS ?=
+bench: venv ext
+	$(VPY) benchmarks/bench_lstm.py $(BENCH_ARGS)
+
+clean:
+	rm -rf build-c build
+	rm -f kokoro_lstm/_core*.so $(EXT_STAMP)
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
