@@ -283,13 +283,15 @@ class LSTM:
                 f"{extra}, dtype={self.dtype!r})")
 
     # -- forward -------------------------------------------------------------
-    def __call__(self, x, hx=None, *, lengths=None):
+    def __call__(self, x, hx=None, *, lengths=None, num_threads=None):
         """(output, (h_n, c_n)) with torch.nn.LSTM's shapes and semantics.
 
         lengths: per-sequence lengths (each in 1..T) with the semantics of
         pack_padded_sequence(enforce_sorted=False) -> LSTM -> pad_packed_sequence.
+        num_threads: this call's thread count (default: the object's, else
+        default_num_threads()); results are bitwise identical for any count.
         """
-        nth = _num_threads(self.num_threads)
+        nth = _num_threads(self.num_threads if num_threads is None else num_threads)
         x3, unbatched = _prepare_x(x, self.input_size, self.batch_first, self._io)
         T, B, _ = x3.shape
         LD, H, R = self.num_layers * self._D, self.hidden_size, self._R

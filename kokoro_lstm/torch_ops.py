@@ -1,0 +1,707 @@
+"""torch.library ops and nn.LSTM patching for torch.export (the only torch-aware module).
+
+Importing this module registers four custom ops, with kokoro-tvm's schemas::
+
+    kokoro::lstm_forward(Tensor input, Tensor h0, Tensor c0,
+        Tensor weight_ih_l0, Tensor weight_hh_l0, Tensor? bias_ih_l0, Tensor? bias_hh_l0)
+        -> (Tensor output, Tensor h_n, Tensor c_n)
+    kokoro::lstm_forward_bidirectional(... the same ...,
+        Tensor weight_ih_l0_reverse, Tensor weight_hh_l0_reverse,
+        Tensor? bias_ih_l0_reverse, Tensor? bias_hh_l0_reverse) -> (...)
+    kokoro::lstm_forward_packed(Tensor input, Tensor lengths, ...)
+    kokoro::lstm_forward_packed_bidirectional(Tensor input, Tensor lengths, ...)
+
+All are one layer, seq-first: input [T, B, I], h0/c0 [D, B, H], output [T, B, D*H]
+(D = 2 for the bidirectional ops). The packed ops take ``lengths`` (int64 [B], each in
+1..T) and have the semantics of ``pack_padded_sequence(enforce_sorted=False)`` ->
+``nn.LSTM`` -> ``pad_packed_sequence(total_length=T)``: outputs past a sequence's
+length are 0, the reverse direction starts at each sequence's own last valid step, and
+h_n/c_n are each sequence's final states.
+
+Each op has a fake (meta) implementation, so ``torch.export`` and
+``run_decompositions()`` keep one node per op, and a CPU implementation that runs the
+kokoro_lstm C engine on the tensors' memory without copying (float32 or float64,
+contiguous; a batch-major view ``x.transpose(0, 1)`` of a contiguous batch_first tensor
+is also read in place). Packed weights are cached across calls, keyed on the weight
+tensors' identity, data pointer, ``_version`` and shape, so an in-place update of a
+weight is never served stale. The ops are inference-only: a tensor that requires grad
+while grad mode is on is an error. Threads: :func:`set_num_threads`, by default
+``KOKORO_LSTM_NUM_THREADS`` if set, else ``torch.get_num_threads()``; the two
+directions of a bidirectional op run in parallel on one engine.
+
+Python API:
+
+* :func:`patch_lstm_modules` / :func:`unpatch_lstm_modules`: swap every ``nn.LSTM``
+  in a model for :class:`KokoroLSTM` (same parameters, state_dict keys, forward
+  signature and results; one op call per layer; PackedSequence supported) and back.
+* :func:`exportable_packing`: a context manager under which
+  ``pack_padded_sequence`` / ``pad_packed_sequence`` around a patched LSTM export as
+  one packed op that takes the lengths as a real graph input.
+
+Typical use (non-strict or strict export, static or dynamic shapes)::
+
+    import kokoro_lstm.torch_ops as ko
+    ko.patch_lstm_modules(model)
+    with ko.exportable_packing():
+        ep = torch.export.export(model, (tokens, lengths, mask))
+    ep = ep.run_decompositions()  # one kokoro::lstm_forward_packed_bidirectional node
+
+``import kokoro_lstm`` never imports torch; only this module does.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import warnings
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+import torch
+import torch.nn.utils.rnn as _rnn_utils
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
+
+import kokoro_lstm
+
+__all__ = [
+    "KokoroLSTM",
+    "patch_lstm_modules",
+    "unpatch_lstm_modules",
+    "exportable_packing",
+    "lstm_forward",
+    "lstm_forward_bidirectional",
+    "lstm_forward_packed",
+    "lstm_forward_packed_bidirectional",
+    "clear_cache",
+    "set_num_threads",
+    "get_num_threads",
+    "ExportPackedSequence",
+]
+
+# The real functions, captured before any exportable_packing() patches them.
+_orig_pack_padded_sequence = _rnn_utils.pack_padded_sequence
+_orig_pad_packed_sequence = _rnn_utils.pad_packed_sequence
+
+# --------------------------------------------------------------------------------------
+# Op schemas (kokoro-tvm's)
+# --------------------------------------------------------------------------------------
+_W = "Tensor weight_ih_l0, Tensor weight_hh_l0, Tensor? bias_ih_l0, Tensor? bias_hh_l0"
+_W_REV = ("Tensor weight_ih_l0_reverse, Tensor weight_hh_l0_reverse, "
+          "Tensor? bias_ih_l0_reverse, Tensor? bias_hh_l0_reverse")
+_RET = "(Tensor output, Tensor h_n, Tensor c_n)"
+
+# name -> (schema, bidirectional, packed)
+_OPS = {
+    "lstm_forward": (
+        f"(Tensor input, Tensor h0, Tensor c0, {_W}) -> {_RET}", False, False),
+    "lstm_forward_bidirectional": (
+        f"(Tensor input, Tensor h0, Tensor c0, {_W}, {_W_REV}) -> {_RET}", True, False),
+    "lstm_forward_packed": (
+        f"(Tensor input, Tensor lengths, Tensor h0, Tensor c0, {_W}) -> {_RET}", False, True),
+    "lstm_forward_packed_bidirectional": (
+        f"(Tensor input, Tensor lengths, Tensor h0, Tensor c0, {_W}, {_W_REV}) -> {_RET}",
+        True, True),
+}
+
+_WEIGHT_NAMES = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
+_WEIGHT_NAMES_REV = tuple(n + "_reverse" for n in _WEIGHT_NAMES)
+
+
+def _split_args(args, bidirectional, packed):
+    """(input, lengths|None, h0, c0, [4 or 8 weights])."""
+    if packed:
+        x, lengths, h0, c0, *w = args
+    else:
+        x, h0, c0, *w = args
+        lengths = None
+    assert len(w) == (8 if bidirectional else 4)
+    return x, lengths, h0, c0, w
+
+
+def _batch_major(x: Tensor) -> bool:
+    """True if x [T, B, I] is a transpose(0, 1) view of a contiguous [B, T, I] tensor
+    (and not itself contiguous): the engine reads it in place, and the output is laid
+    out the same way."""
+    return (not x.is_contiguous()) and x.transpose(0, 1).is_contiguous()
+
+
+def _check(cond, message):
+    """torch._check, with a fast path for plain bools (concrete shapes)."""
+    if cond is True:
+        return
+    if cond is False:
+        raise RuntimeError(message())
+    torch._check(cond, message)
+
+
+def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
+    """Shape/dtype/device checks shared by the fake and the CPU implementations
+    (RuntimeError); symbolic conditions go to torch._check."""
+    D = 2 if bidirectional else 1
+    p = f"kokoro::{op_name}: "
+    _check(x.dim() == 3,
+                 lambda: p + f"input must be 3-D [T, B, I], got shape {tuple(x.shape)}")
+    _check(x.dtype in (torch.float32, torch.float64),
+                 lambda: p + f"input must be float32 or float64, got {x.dtype}")
+    T, B, I = x.shape
+    _check(T >= 1, lambda: p + "input must have at least one time step (T >= 1)")
+    w_ih = w[0]
+    _check(w_ih.dim() == 2,
+                 lambda: p + f"weight_ih_l0 must be 2-D [4H, I], got {tuple(w_ih.shape)}")
+    _check(w_ih.shape[0] % 4 == 0 and w_ih.shape[0] >= 4,
+                 lambda: p + f"weight_ih_l0 must be [4H, I], got {tuple(w_ih.shape)}")
+    H = w_ih.shape[0] // 4
+    names = _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ())
+    expect = ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,)) * D
+    for name, t, shape in zip(names, w, expect):
+        if t is None:
+            _check(not name.startswith("weight"),
+                         lambda name=name: p + f"{name} is required")
+            continue
+        _check(t.dim() == len(shape) and all(a == b for a, b in zip(t.shape, shape)),
+                     lambda name=name, t=t, shape=shape: p + (
+                         f"{name} must have shape {tuple(shape)} (H={H}, I={I}), "
+                         f"got {tuple(t.shape)}"))
+        _check(t.dtype == x.dtype, lambda name=name, t=t: p + (
+            f"{name} has dtype {t.dtype}, input has {x.dtype}"))
+        _check(t.device == x.device, lambda name=name, t=t: p + (
+            f"{name} is on {t.device}, input on {x.device}"))
+    if bidirectional:
+        _check((w[2] is None) == (w[6] is None) and (w[3] is None) == (w[7] is None),
+                     lambda: p + "forward and reverse biases must both be given or both None")
+    for name, t in (("h0", h0), ("c0", c0)):
+        _check(t.dim() == 3 and t.shape[0] == D and t.shape[1] == B and t.shape[2] == H,
+                     lambda name=name, t=t: p + (
+                         f"{name} must have shape ({D}, {B}, {H}) = (D, B, H), "
+                         f"got {tuple(t.shape)}"))
+        _check(t.dtype == x.dtype, lambda name=name, t=t: p + (
+            f"{name} has dtype {t.dtype}, input has {x.dtype}"))
+        _check(t.device == x.device, lambda name=name, t=t: p + (
+            f"{name} is on {t.device}, input on {x.device}"))
+    if lengths is not None:
+        _check(lengths.dim() == 1 and lengths.shape[0] == B,
+                     lambda: p + f"lengths must have shape ({B},) = (B,), "
+                                 f"got {tuple(lengths.shape)}")
+        _check(lengths.dtype == torch.int64,
+                     lambda: p + f"lengths must be int64, got {lengths.dtype}")
+    return T, B, I, H, D
+
+
+def _make_fake(op_name, bidirectional, packed):
+    def fake(*args):
+        x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
+        T, B, I, H, D = _validate(op_name, x, lengths, h0, c0, w, bidirectional)
+        if _batch_major(x):
+            out = x.new_empty((B, T, D * H)).transpose(0, 1)
+        else:
+            out = x.new_empty((T, B, D * H))
+        return out, h0.new_empty((D, B, H)), c0.new_empty((D, B, H))
+    fake.__name__ = f"{op_name}_fake"
+    return fake
+
+
+# --------------------------------------------------------------------------------------
+# Engine cache
+# --------------------------------------------------------------------------------------
+_CACHE_MAX = 64
+# (bidirectional, dtype, batch_first, ids of the weight tensors)
+#   -> (engine, weak references to the weights, their _tensor_key()s when packed)
+# One entry per set of weight tensors: an in-place update replaces the entry.
+_cache: "OrderedDict[tuple, tuple]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def clear_cache():
+    """Drop every cached packed engine."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _tensor_key(t):
+    """What must not change for a packed copy of t to stay valid; False if t can't be
+    cached (inference tensors track no version counter)."""
+    if t is None:
+        return None
+    try:
+        version = t._version
+    except RuntimeError:
+        return False
+    return (t.data_ptr(), version, tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _np(t: Tensor) -> np.ndarray:
+    """Zero-copy NumPy view of a CPU tensor (detach() is a view too)."""
+    return t.detach().numpy()
+
+
+def _same_tensors(refs, w):
+    # id() can be reused by a new tensor once the old one is freed: the weak
+    # references prove these are the very same tensor objects.
+    return all((r is None and t is None) or (r is not None and r() is t)
+               for r, t in zip(refs, w))
+
+
+def _get_engine(w, bidirectional, dtype, batch_first):
+    """The packed engine for these weight tensors, from the cache when still valid
+    (same tensor objects, data pointers, versions, shapes and strides)."""
+    state = tuple(_tensor_key(t) for t in w)
+    cacheable = False not in state
+    key = (bidirectional, dtype, batch_first, tuple(id(t) for t in w))
+    if cacheable:
+        with _cache_lock:
+            hit = _cache.get(key)
+            if hit is not None:
+                engine, refs, hit_state = hit
+                if hit_state == state and _same_tensors(refs, w):
+                    _cache.move_to_end(key)
+                    return engine
+                del _cache[key]  # stale: updated in place, or another tensor
+    names = _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ())
+    sd = {name: _np(t) for name, t in zip(names, w) if t is not None}
+    engine = kokoro_lstm.LSTM.from_state_dict(
+        sd, batch_first=batch_first, dtype=str(np.dtype(_np_dtype(dtype))))
+    if cacheable:
+        refs = [None if t is None else weakref.ref(t) for t in w]
+        with _cache_lock:
+            # drop entries whose weights are gone, then the least recently used
+            for k in [k for k, (_, rs, _) in _cache.items()
+                      if any(r is not None and r() is None for r in rs)]:
+                del _cache[k]
+            _cache[key] = (engine, refs, state)
+            while len(_cache) > _CACHE_MAX:
+                _cache.popitem(last=False)
+    return engine
+
+
+def _np_dtype(dtype):
+    return np.float32 if dtype == torch.float32 else np.float64
+
+
+_num_threads = None
+
+
+def set_num_threads(n):
+    """Threads the ops run with: a positive int, or None (the default) for
+    ``KOKORO_LSTM_NUM_THREADS`` if set, else ``torch.get_num_threads()``."""
+    global _num_threads
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"num_threads must be a positive integer or None, got {n!r}")
+    _num_threads = n
+
+
+def get_num_threads() -> int:
+    """The thread count the next op call will use (see :func:`set_num_threads`)."""
+    if _num_threads is not None:
+        return _num_threads
+    if os.environ.get("KOKORO_LSTM_NUM_THREADS", "").strip():
+        return kokoro_lstm.default_num_threads()
+    return max(1, torch.get_num_threads())
+
+
+def _check_no_grad(op_name, names, tensors):
+    if not torch.is_grad_enabled():
+        return
+    for name, t in zip(names, tensors):
+        if t is not None and t.requires_grad:
+            raise RuntimeError(
+                f"kokoro::{op_name} is inference-only (it has no backward), but '{name}' "
+                "requires grad while grad mode is on. Run it under torch.inference_mode() "
+                "or torch.no_grad(), or call model.requires_grad_(False).")
+
+
+def _make_cpu(op_name, bidirectional, packed):
+    arg_names = (("input",) + (("lengths",) if packed else ()) + ("h0", "c0")
+                 + _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ()))
+
+    def cpu(*args):
+        _check_no_grad(op_name, arg_names, args)
+        x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
+        T, B, I, H, D = _validate(op_name, x, lengths, h0, c0, w, bidirectional)
+        batch_first = _batch_major(x)
+        xs = x.transpose(0, 1) if batch_first else x.contiguous()
+        ln = None
+        if lengths is not None:
+            ln = _np(lengths.contiguous())
+            if ln.size and (ln.min() < 1 or ln.max() > T):
+                raise ValueError(f"kokoro::{op_name}: each length must be in 1..{T} (T), "
+                                 f"got {ln.tolist()}")
+        engine = _get_engine(w, bidirectional, x.dtype, batch_first)
+        out, (h_n, c_n) = engine(_np(xs), (_np(h0.contiguous()), _np(c0.contiguous())),
+                                 lengths=ln, num_threads=get_num_threads())
+        out = torch.from_numpy(out)
+        if batch_first:
+            out = out.transpose(0, 1)
+        return out, torch.from_numpy(h_n), torch.from_numpy(c_n)
+    cpu.__name__ = f"{op_name}_cpu"
+    return cpu
+
+
+# --------------------------------------------------------------------------------------
+# Registration
+# --------------------------------------------------------------------------------------
+def _register():
+    lib = torch.library.Library("kokoro", "FRAGMENT")
+    for name, (schema, bidirectional, packed) in _OPS.items():
+        try:
+            lib.define(name + schema)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"kokoro_lstm.torch_ops: could not define kokoro::{name}; another library "
+                f"(kokoro-tvm?) already registered it: {e}") from e
+        lib.impl(name, _make_cpu(name, bidirectional, packed), "CPU")
+        torch.library.register_fake(f"kokoro::{name}", _make_fake(name, bidirectional, packed),
+                                    lib=lib)
+    return lib
+
+
+_lib = _register()
+
+lstm_forward = torch.ops.kokoro.lstm_forward.default
+lstm_forward_bidirectional = torch.ops.kokoro.lstm_forward_bidirectional.default
+lstm_forward_packed = torch.ops.kokoro.lstm_forward_packed.default
+lstm_forward_packed_bidirectional = torch.ops.kokoro.lstm_forward_packed_bidirectional.default
+
+
+# --------------------------------------------------------------------------------------
+# Stand-in for PackedSequence under exportable_packing()
+# --------------------------------------------------------------------------------------
+class ExportPackedSequence:
+    """What ``pack_padded_sequence`` returns under :func:`exportable_packing`: the
+    padded tensor and the lengths, unchanged. A patched LSTM (:class:`KokoroLSTM`)
+    consumes it with a packed op; ``pad_packed_sequence`` unwraps it.
+
+    ``padded`` is [B, T, *] if ``batch_first`` else [T, B, *]; ``lengths`` is an int64
+    tensor [B] in the batch's own order. ``masked``: positions past each length are
+    already zero (true for an LSTM's output).
+    """
+    __slots__ = ("padded", "lengths", "batch_first", "masked")
+
+    def __init__(self, padded, lengths, batch_first, masked=False):
+        self.padded = padded
+        self.lengths = lengths
+        self.batch_first = batch_first
+        self.masked = masked
+
+    def __getattr__(self, name):
+        raise AttributeError(
+            f"'{name}': under kokoro_lstm.torch_ops.exportable_packing(), "
+            "pack_padded_sequence returns a stand-in that only a patched LSTM "
+            "(patch_lstm_modules) and pad_packed_sequence can consume; it has no "
+            f"PackedSequence attribute '{name}'. Was this module patched?")
+
+    def __repr__(self):
+        return (f"ExportPackedSequence(padded={tuple(self.padded.shape)}, "
+                f"batch_first={self.batch_first})")
+
+
+def _time_mask(lengths, T, batch_first, ndim):
+    """Bool mask, True at valid steps, broadcastable to a padded tensor."""
+    steps = torch.arange(T, device=lengths.device)
+    valid = steps.unsqueeze(0) < lengths.unsqueeze(1)  # [B, T]
+    if not batch_first:
+        valid = valid.transpose(0, 1)  # [T, B]
+    return valid.reshape(tuple(valid.shape) + (1,) * (ndim - 2))
+
+
+def _export_pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
+    """pack_padded_sequence under exportable_packing(): keeps padded tensor + lengths.
+
+    enforce_sorted is not checked (the packed ops handle any order, and checking it
+    would be data-dependent); lengths must be in 1..T as for PyTorch."""
+    if isinstance(lengths, Tensor):
+        lengths = lengths.to(dtype=torch.int64)
+    else:
+        lengths = torch.as_tensor(lengths, dtype=torch.int64)
+    if input.dim() < 2:
+        raise ValueError("pack_padded_sequence: input must be at least 2-D")
+    if lengths.dim() != 1 or lengths.shape[0] != input.shape[0 if batch_first else 1]:
+        raise ValueError("pack_padded_sequence: expected one length per batch entry, got "
+                         f"lengths of shape {tuple(lengths.shape)} for input "
+                         f"{tuple(input.shape)} (batch_first={batch_first})")
+    return ExportPackedSequence(input, lengths, bool(batch_first))
+
+
+def _export_pad_packed_sequence(sequence, batch_first=False, padding_value=0.0,
+                                total_length=None):
+    """pad_packed_sequence under exportable_packing().
+
+    For a stand-in: returns (padded, lengths) with padded's time dimension equal to the
+    padded input's T that went into pack_padded_sequence (not max(lengths), which would
+    be data-dependent), or total_length if given. Positions past each length hold
+    padding_value, like PyTorch. A real PackedSequence goes to the real function."""
+    if not isinstance(sequence, ExportPackedSequence):
+        return _orig_pad_packed_sequence(sequence, batch_first, padding_value, total_length)
+    out = sequence.padded
+    if sequence.batch_first != bool(batch_first):
+        out = out.transpose(0, 1)
+    tdim = 1 if batch_first else 0
+    T = out.shape[tdim]
+    lengths = sequence.lengths
+    if not sequence.masked or padding_value != 0:
+        mask = _time_mask(lengths, T, bool(batch_first), out.dim())
+        out = torch.where(mask, out, torch.full((), padding_value, dtype=out.dtype,
+                                                device=out.device))
+    if total_length is not None:
+        if total_length < T:
+            if not _is_tracing() and lengths.numel() and int(lengths.max()) > total_length:
+                raise ValueError(
+                    "Expected total_length to be at least the length of the longest "
+                    f"sequence in input, but got total_length={total_length} and max "
+                    f"sequence length being {int(lengths.max())}")
+            out = out.narrow(tdim, 0, total_length)
+        elif total_length > T:
+            shape = list(out.shape)
+            shape[tdim] = total_length - T
+            out = torch.cat([out, out.new_full(shape, padding_value)], dim=tdim)
+    return out, lengths
+
+
+def _is_tracing():
+    if torch.compiler.is_compiling():
+        return True
+    try:
+        from torch._guards import detect_fake_mode
+        return detect_fake_mode() is not None
+    except Exception:  # pragma: no cover
+        return False
+
+
+_packing_lock = threading.RLock()
+_packing_depth = 0
+_packing_restore: list = []
+
+
+# module name -> (weakref to the module, names of its globals that held a real
+# function). Scanning a module's globals costs ~10 us and there may be thousands of
+# modules, so each module is scanned once.
+_scanned: dict = {}
+
+
+def _patch_names():
+    """Replace the two functions wherever a module holds them as a global: the
+    torch.nn.utils.rnn module itself (nn.utils.rnn.X lookups) and any module that did
+    `from torch.nn.utils.rnn import pack_padded_sequence` (under any name)."""
+    repl = {id(_orig_pack_padded_sequence): _export_pack_padded_sequence,
+            id(_orig_pad_packed_sequence): _export_pad_packed_sequence}
+    restore = []
+    own = globals()  # keeps the real functions in _orig_*
+    for modname, mod in list(sys.modules.items()):
+        hit = _scanned.get(modname)
+        if hit is not None and hit[0]() is mod:
+            names = hit[1]
+        else:
+            d = getattr(mod, "__dict__", None)
+            names = ()
+            if isinstance(d, dict) and d is not own:
+                try:
+                    names = tuple(k for k, v in list(d.items())
+                                  if v is _orig_pack_padded_sequence
+                                  or v is _orig_pad_packed_sequence)
+                except Exception:  # pragma: no cover - exotic module dicts
+                    names = ()
+            try:
+                _scanned[modname] = (weakref.ref(mod), names)
+            except TypeError:  # pragma: no cover - not weak-referenceable: rescan
+                pass
+        if not names:
+            continue
+        d = mod.__dict__
+        for k in names:
+            v = d.get(k)
+            if id(v) in repl and (v is _orig_pack_padded_sequence
+                                  or v is _orig_pad_packed_sequence):
+                d[k] = repl[id(v)]
+                restore.append((d, k, v))
+    return restore
+
+
+def _prime_dynamo():
+    """TorchDynamo (strict export) skips torch.nn.utils.rnn.pack_padded_sequence by
+    name, resolving its names to objects once, lazily. Resolve them now, while they
+    are the real functions, so that the replacements are traced (inlined) instead."""
+    try:
+        from torch._dynamo import trace_rules
+        trace_rules.get_torch_obj_rule_map()
+    except Exception:  # pragma: no cover - private API; only strict export needs it
+        pass
+
+
+@contextlib.contextmanager
+def exportable_packing():
+    """Make ``pack_padded_sequence`` -> patched LSTM -> ``pad_packed_sequence`` exportable.
+
+    Inside the context, ``torch.nn.utils.rnn.pack_padded_sequence`` (also as
+    ``nn.utils.rnn.pack_padded_sequence`` and any module-level
+    ``from torch.nn.utils.rnn import pack_padded_sequence``) returns an
+    :class:`ExportPackedSequence` stand-in carrying the padded tensor and the lengths
+    tensor; a patched LSTM (see :func:`patch_lstm_modules`) runs the packed op on it
+    (lengths become a real input of the exported program, so one static-shape program
+    serves every length), and ``pad_packed_sequence`` unwraps it.
+
+    Difference from eager PyTorch: without ``total_length``, ``pad_packed_sequence``
+    pads to the T of the padded tensor given to ``pack_padded_sequence`` instead of
+    max(lengths) (data-dependent under export). The values are the same; only the
+    trailing all-padding steps are kept. Modules that copy the result into a
+    full-length buffer (Kokoro's TextEncoder, DurationEncoder, ProsodyPredictor) or
+    pass total_length behave exactly as in eager PyTorch. ``enforce_sorted`` is not
+    checked (any order gives correct results).
+
+    The original functions are restored on exit. Works in eager mode too.
+    """
+    global _packing_depth, _packing_restore
+    with _packing_lock:
+        if _packing_depth == 0:
+            _prime_dynamo()
+            _packing_restore = _patch_names()
+        _packing_depth += 1
+    try:
+        yield
+    finally:
+        with _packing_lock:
+            _packing_depth -= 1
+            if _packing_depth == 0:
+                for d, k, v in reversed(_packing_restore):
+                    d[k] = v
+                _packing_restore = []
+
+
+# --------------------------------------------------------------------------------------
+# Patched nn.LSTM
+# --------------------------------------------------------------------------------------
+class KokoroLSTM(nn.LSTM):
+    """nn.LSTM whose forward runs the kokoro ops (one op call per layer).
+
+    Same parameters, state_dict keys, constructor, forward signature and results as
+    nn.LSTM; made by :func:`patch_lstm_modules` (which swaps an instance's class in
+    place) or constructed directly. proj_size > 0 is not supported by the ops.
+    Inference only.
+    """
+
+    def forward(self, input, hx=None):  # noqa: A002 - nn.LSTM's signature
+        if self.proj_size > 0:
+            raise NotImplementedError("kokoro ops do not support proj_size > 0")
+        if isinstance(input, ExportPackedSequence):
+            x = input.padded.transpose(0, 1) if input.batch_first else input.padded
+            out, hidden = self._run(x, hx, input.lengths)
+            if input.batch_first:
+                out = out.transpose(0, 1)
+            return ExportPackedSequence(out, input.lengths, input.batch_first,
+                                        masked=True), hidden
+        if isinstance(input, PackedSequence):
+            # original batch order throughout: hx is given in that order too.
+            padded, lengths = _orig_pad_packed_sequence(input, batch_first=False)
+            out, hidden = self._run(padded, hx, lengths)
+            if input.sorted_indices is not None:
+                out = out.index_select(1, input.sorted_indices)
+                lengths = lengths.index_select(0, input.sorted_indices.cpu())
+            data = _orig_pack_padded_sequence(out, lengths, enforce_sorted=True).data
+            return PackedSequence(data, input.batch_sizes, input.sorted_indices,
+                                  input.unsorted_indices), hidden
+        if input.dim() not in (2, 3):
+            raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D instead")
+        batched = input.dim() == 3
+        if batched:
+            if hx is not None:
+                if hx[0].dim() != 3 or hx[1].dim() != 3:
+                    raise RuntimeError(
+                        "For batched 3-D input, hx and cx should also be 3-D but got "
+                        f"({hx[0].dim()}-D, {hx[1].dim()}-D) tensors")
+                self.check_forward_args(input, hx, None)
+            x = input.transpose(0, 1) if self.batch_first else input
+        else:
+            if hx is not None:
+                if hx[0].dim() != 2 or hx[1].dim() != 2:
+                    raise RuntimeError(
+                        "For unbatched 2-D input, hx and cx should also be 2-D but got "
+                        f"({hx[0].dim()}-D, {hx[1].dim()}-D) tensors")
+                hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
+            x = input.unsqueeze(1)
+        out, (h_n, c_n) = self._run(x, hx, None)
+        if not batched:
+            return out.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
+        if self.batch_first:
+            out = out.transpose(0, 1)
+        return out, (h_n, c_n)
+
+    def _run(self, x, hx, lengths):
+        """x: [T, B, I] seq-first. Returns (out [T, B, D*H], (h_n, c_n) [L*D, B, H])."""
+        L, H = self.num_layers, self.hidden_size
+        D = 2 if self.bidirectional else 1
+        B = x.shape[1]
+        if hx is None:
+            h0 = c0 = x.new_zeros((L * D, B, H))
+        else:
+            h0, c0 = hx
+        if lengths is None:
+            op = lstm_forward_bidirectional if D == 2 else lstm_forward
+        else:
+            op = lstm_forward_packed_bidirectional if D == 2 else lstm_forward_packed
+        hs, cs = [], []
+        for layer in range(L):
+            args = [x] if lengths is None else [x, lengths]
+            args += [h0[layer * D:(layer + 1) * D], c0[layer * D:(layer + 1) * D]]
+            for sfx in ("",) + (("_reverse",) if D == 2 else ()):
+                args.append(getattr(self, f"weight_ih_l{layer}{sfx}"))
+                args.append(getattr(self, f"weight_hh_l{layer}{sfx}"))
+                args.append(getattr(self, f"bias_ih_l{layer}{sfx}") if self.bias else None)
+                args.append(getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None)
+            x, h_n, c_n = op(*args)
+            hs.append(h_n)
+            cs.append(c_n)
+            if self.dropout and self.training and layer < L - 1:
+                x = nn.functional.dropout(x, self.dropout, training=True)
+        if L == 1:
+            return x, (hs[0], cs[0])
+        return x, (torch.cat(hs, 0), torch.cat(cs, 0))
+
+
+_patched_classes = {nn.LSTM: KokoroLSTM}
+_unpatched_classes = {KokoroLSTM: nn.LSTM}
+
+
+def _patched_class(cls):
+    pc = _patched_classes.get(cls)
+    if pc is None:
+        pc = type(f"Kokoro{cls.__name__}", (KokoroLSTM, cls), {
+            "__module__": __name__,
+            "__doc__": f"{cls.__qualname__} patched by kokoro_lstm.torch_ops."})
+        _patched_classes[cls] = pc
+        _unpatched_classes[pc] = cls
+    return pc
+
+
+def patch_lstm_modules(model: nn.Module) -> nn.Module:
+    """Swap every nn.LSTM in ``model`` (itself included) for a :class:`KokoroLSTM`.
+
+    The swap is in place (the instance's class changes): parameters, buffers,
+    state_dict keys and hooks stay, so checkpoints load before or after patching.
+    Any num_layers / batch_first / bidirectional / bias; PackedSequence input works.
+    LSTMs with proj_size > 0, and subclasses of nn.LSTM that override forward, are
+    left alone with a warning. Returns ``model``.
+    """
+    for name, m in model.named_modules():
+        cls = type(m)
+        if not isinstance(m, nn.LSTM) or isinstance(m, KokoroLSTM):
+            continue
+        if m.proj_size > 0:
+            warnings.warn(f"kokoro_lstm: not patching LSTM '{name}': proj_size > 0 is not "
+                          "supported by the kokoro ops", stacklevel=2)
+            continue
+        if cls.forward is not nn.LSTM.forward:
+            warnings.warn(f"kokoro_lstm: not patching '{name}' ({cls.__qualname__}): it "
+                          "overrides nn.LSTM.forward", stacklevel=2)
+            continue
+        m.__class__ = _patched_class(cls)
+    return model
+
+
+def unpatch_lstm_modules(model: nn.Module) -> nn.Module:
+    """Undo :func:`patch_lstm_modules`: every KokoroLSTM goes back to its class."""
+    for m in model.modules():
+        orig = _unpatched_classes.get(type(m))
+        if orig is not None:
+            m.__class__ = orig
+    return model
