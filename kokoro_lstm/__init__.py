@@ -41,5 +41,19 @@ def build_info() -> dict:
     }
 
 
+def _register_tvm_native():
+    """Make TVM modules compiled with lstm_method="native" runnable in this
+    process: registers kokoro_lstm.lstm_forward with tvm-ffi now if it is
+    loaded, else right after it is first imported. Imports neither tvm nor torch."""
+    try:
+        from .tvm import _native
+
+        _native.register()
+    except Exception:  # noqa: BLE001 - never break `import kokoro_lstm`
+        pass
+
+
+_register_tvm_native()
+
 __all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info"]
 __version__ = "0.1.0"

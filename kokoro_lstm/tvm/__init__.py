@@ -1,0 +1,197 @@
+"""Apache TVM Relax lowering of LSTMs: the kokoro ops and aten ``lstm.input``.
+
+Upstream's built-in converter unrolls the LSTM per time step (the IR grows with T),
+returns no h_n/c_n (indexing its result with ``[1]`` silently yields the output
+sequence) and refuses ``num_layers > 1``. This package's converters return the full
+``(output, h_n, c_n)`` tuple for any layer count, both directions, with per-sequence
+lengths honored (the kokoro ``*_packed`` ops: ``pack_padded_sequence -> nn.LSTM ->
+pad_packed_sequence`` semantics).
+
+Usage::
+
+    import kokoro_lstm.tvm as kt
+    mod = kt.from_exported_program(torch.export.export(model, args), target="llvm")
+    ex = tvm.compile(mod, target="llvm")
+
+or, with upstream's importer (note: upstream decomposes ``aten.lstm`` unless you pass
+``run_ep_decomposition=False`` or decompose yourself without it; this package's
+:func:`from_exported_program` does that for you)::
+
+    mod = tvm.relax.frontend.torch.from_exported_program(
+        ep, custom_convert_map=kt.convert_map("auto", target="llvm"))
+
+Methods (``lstm_method`` / ``method``):
+
+``native``
+    ``R.call_dps_packed("kokoro_lstm.lstm_forward", ...)`` into the kokoro_lstm C
+    engine, which this package registers through tvm-ffi. The IR is one call,
+    whatever T and the layer count. CPU targets only. Tensors reach the engine
+    zero-copy (DLPack); packed weights are cached across calls (see
+    :mod:`kokoro_lstm.tvm._native`). A module compiled this way needs
+    ``import kokoro_lstm`` in the process that runs it.
+``tir``
+    One TIR PrimFunc per layer with a loop over time (the IR does not grow with T):
+    the input projection is hoisted out of the time loop as one register-blocked
+    matmul, then the recurrence runs in parallel over (direction, sequence),
+    vectorized over units; lengths honored. Self-contained (no runtime dependency).
+    Written for CPU (llvm/c) targets.
+``relax``
+    Per-time-step Relax ops, unrolled (the IR grows with T). A baseline.
+``topi``
+    Per-time-step TOPI computes through ``emit_te``, unrolled. The baseline
+    (kokoro-tvm's default).
+``auto``
+    :func:`select_method`: ``native`` for CPU targets when the extension loads, else
+    ``tir`` for CPU targets, else ``relax``.
+``mps``
+    Accepted as a name only, to fail with a clear error: it needs macOS with Metal.
+
+TVM is imported lazily: ``import kokoro_lstm.tvm`` imports neither tvm nor torch.
+"""
+from __future__ import annotations
+
+from . import _native
+from ._native import FUNC_NAME as NATIVE_FUNC_NAME
+from ._native import cache_info, clear_cache
+
+__all__ = ["METHODS", "NATIVE_FUNC_NAME", "select_method", "convert_map",
+           "from_exported_program", "decomposition_table", "register_native", "ir_size",
+           "clear_cache", "cache_info"]
+
+#: Every accepted ``lstm_method`` name.
+METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
+_CPU_KINDS = ("llvm", "c")
+
+_MPS_ERROR = ("lstm_method='mps' needs macOS with Metal (MPSGraph's LSTM), which is not "
+              "available on this platform; kokoro_lstm does not implement it. Use "
+              "'native' or 'tir' for CPU targets (or 'relax'/'topi').")
+
+
+def register_native(*, force_import: bool = False) -> bool:
+    """Register the ``native`` method's runtime function (see :mod:`._native`)."""
+    return _native.register(force_import=force_import)
+
+
+# Registered at `import kokoro_lstm.tvm`: at once if tvm_ffi is loaded, else as soon
+# as it is (a post-import hook; importing tvm_ffi here would import torch).
+register_native()
+
+
+def _target_info(target):
+    """(kind name, is_cpu) for a target given as str, dict, tvm.target.Target or None."""
+    if target is None:
+        return "llvm", True
+    kind = None
+    if isinstance(target, str):
+        s = target.strip()
+        if not s.startswith("{"):
+            kind = s.split()[0].split("/")[0] if s else "llvm"
+    elif isinstance(target, dict):
+        kind = target.get("kind")
+    if kind is None:
+        import tvm
+
+        t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+        kind = t.kind.name
+        return kind, kind in _CPU_KINDS or "cpu" in list(t.keys)
+    return kind, kind in _CPU_KINDS
+
+
+def select_method(target="llvm", method: str = "auto") -> str:
+    """The lowering method to use for ``target``.
+
+    ``method="auto"`` picks ``"native"`` for CPU targets (llvm, c) when the kokoro_lstm
+    C extension loads, else ``"tir"`` for CPU targets, else ``"relax"``. An explicit
+    method is validated against the target and returned: ``"native"`` needs a CPU
+    target and the extension; ``"mps"`` always raises ``NotImplementedError`` (it needs
+    macOS with Metal); unknown names raise ``ValueError``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown lstm_method {method!r}; expected one of {METHODS}")
+    if method == "mps":
+        raise NotImplementedError(_MPS_ERROR)
+    kind, is_cpu = _target_info(target)
+    if method == "auto":
+        if is_cpu:
+            return "native" if _native.available() else "tir"
+        return "relax"
+    if method == "native":
+        if not is_cpu:
+            raise ValueError(f"lstm_method='native' runs the kokoro_lstm C engine on the CPU; "
+                             f"target {kind!r} is not a CPU target (use 'tir' or 'relax')")
+        if not _native.available():
+            raise RuntimeError("lstm_method='native' needs the kokoro_lstm C extension, which "
+                               "failed to load (use 'tir')")
+    if method == "tir" and not is_cpu:
+        raise ValueError(f"lstm_method='tir' emits a CPU kernel (parallel/vectorized loops); "
+                         f"target {kind!r} is not a CPU target (use 'relax' or 'topi')")
+    return method
+
+
+def convert_map(method: str = "auto", target="llvm", *, _bound_names=None) -> dict:
+    """``custom_convert_map`` for ``tvm.relax.frontend.torch.from_exported_program``.
+
+    Keys: ``lstm_forward.default``, ``lstm_forward_bidirectional.default``,
+    ``lstm_forward_packed.default``, ``lstm_forward_packed_bidirectional.default``
+    (the ``kokoro::`` ops of :mod:`kokoro_lstm.torch_ops`) and ``lstm.input`` (aten;
+    present only when the program was not decomposed: pass
+    ``run_ep_decomposition=False`` or decompose with :func:`decomposition_table`).
+    Each converter ``fn(node, importer)`` returns the Relax tuple
+    ``(output, h_n, c_n)``.
+    """
+    from . import _convert
+
+    return _convert.build_convert_map(select_method(target, method), _bound_names)
+
+
+def decomposition_table():
+    """``torch.export.default_decompositions()`` without ``aten.lstm.input``, so that
+    ``ep.run_decompositions(decomposition_table())`` keeps each LSTM as one node."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    for op in (torch.ops.aten.lstm.input, torch.ops.aten.lstm.data):
+        if op in table:
+            del table[op]
+    return table
+
+
+def _bound_placeholders(ep, keep_params_as_input: bool):
+    """Names of the placeholders that upstream binds as constants."""
+    from torch.export.graph_signature import InputKind
+
+    kinds = {InputKind.BUFFER, InputKind.CONSTANT_TENSOR}
+    if not keep_params_as_input:
+        kinds.add(InputKind.PARAMETER)
+    return frozenset(s.arg.name for s in ep.graph_signature.input_specs if s.kind in kinds)
+
+
+def from_exported_program(ep, *, lstm_method: str = "auto", target="llvm",
+                          keep_params_as_input: bool = False, run_ep_decomposition: bool = True,
+                          custom_convert_map=None, **kwargs):
+    """``tvm.relax.frontend.torch.from_exported_program`` with this package's LSTM
+    converters.
+
+    Decomposes the program (if ``run_ep_decomposition``) with every default
+    decomposition except ``aten.lstm``, then imports it with
+    ``convert_map(lstm_method, target)`` (entries of ``custom_convert_map`` win).
+    ``target`` only selects the method (see :func:`select_method`); compile with
+    ``tvm.compile(mod, target=...)`` as usual. Other keyword arguments go to upstream's
+    importer (``unwrap_unit_return_tuple``, ``no_bind_return_tuple``).
+    """
+    from tvm.relax.frontend.torch import from_exported_program as _upstream
+
+    method = select_method(target, lstm_method)
+    if run_ep_decomposition:
+        ep = ep.run_decompositions(decomposition_table())
+    cmap = convert_map(method, target,
+                       _bound_names=_bound_placeholders(ep, keep_params_as_input))
+    cmap.update(custom_convert_map or {})
+    return _upstream(ep, keep_params_as_input=keep_params_as_input, custom_convert_map=cmap,
+                     run_ep_decomposition=False, **kwargs)
+
+
+def ir_size(mod) -> dict:
+    """Size of a module's printed TVMScript: {"lines": ..., "chars": ...}."""
+    text = mod.script(show_meta=False) if hasattr(mod, "script") else str(mod)
+    return {"lines": text.count("\n") + 1, "chars": len(text)}

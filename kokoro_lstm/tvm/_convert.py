@@ -1,0 +1,461 @@
+"""Converters (torch.export FX node -> Relax) for the kokoro ops and aten ``lstm.input``.
+
+Every converter parses its node into one normalized :class:`LSTMCall` and lowers it
+with one of the methods; all of them return the full ``(output, h_n, c_n)`` tuple,
+for any number of layers, both directions, with per-sequence lengths honored
+(``pack_padded_sequence -> nn.LSTM -> pad_packed_sequence`` semantics).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+from tvm import relax, te, tirx, topi
+
+from . import _native, _tir
+
+NATIVE_FUNC = _native.FUNC_NAME
+ABI_VERSION = _native.ABI_VERSION
+
+# kokoro op name -> (bidirectional, packed)
+KOKORO_OPS = {
+    "lstm_forward": (False, False),
+    "lstm_forward_bidirectional": (True, False),
+    "lstm_forward_packed": (False, True),
+    "lstm_forward_packed_bidirectional": (True, True),
+}
+
+
+@dataclass
+class LSTMCall:
+    """One LSTM call, normalized. Exprs are Relax; dims are ints (or PrimExprs for S/B)."""
+
+    x: Any
+    batch_first: bool
+    num_layers: int
+    bidirectional: bool
+    hidden_size: int
+    proj_size: int
+    input_size: int
+    seq_len: Any
+    batch: Any
+    dtype: str
+    lengths: Any = None        # int64 [B] or None
+    h0: Any = None             # [L*D, B, R] or None (zeros)
+    c0: Any = None             # [L*D, B, H] or None (zeros)
+    # weights[layer][direction] = {"w_ih", "w_hh", "b_ih", "b_hh", "w_hr"} (None if absent)
+    weights: list = field(default_factory=list)
+    constant_weights: bool = False  # every weight is a compile-time constant
+
+    @property
+    def D(self):
+        return 2 if self.bidirectional else 1
+
+    @property
+    def R(self):
+        return self.proj_size or self.hidden_size
+
+
+# ----------------------------------------------------------------------------------
+# Parsing
+# ----------------------------------------------------------------------------------
+def _named_args(node):
+    """{schema argument name: raw FX value} for an OpOverload node."""
+    schema = node.target._schema
+    out = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args):
+            out[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            out[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            out[a.name] = None
+    return out
+
+
+def _static(v):
+    if isinstance(v, int):
+        return v
+    if isinstance(v, tirx.IntImm):
+        return int(v.value)
+    return v
+
+
+def _shape(expr):
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise TypeError(f"kokoro_lstm.tvm: expected a tensor with a known shape, got {ty}")
+    return [_static(s) for s in ty.shape.values]
+
+
+def _is_constant(fx_value, expr, bound_names):
+    if isinstance(expr, tvm.ir.expr.Constant):
+        return True
+    if bound_names is None:
+        return False
+    from torch import fx
+
+    return (isinstance(fx_value, fx.Node) and fx_value.op == "placeholder"
+            and fx_value.name in bound_names)
+
+
+def _finish(call: LSTMCall, fx_weights, importer, bound_names) -> LSTMCall:
+    x_shape = _shape(call.x)
+    if len(x_shape) != 3:
+        raise ValueError(f"kokoro_lstm.tvm: LSTM input must be 3-D, got shape {x_shape}")
+    if call.batch_first:
+        call.batch, call.seq_len, call.input_size = x_shape
+    else:
+        call.seq_len, call.batch, call.input_size = x_shape
+    w0 = call.weights[0][0]
+    four_h = _shape(w0["w_ih"])[0]
+    if not isinstance(four_h, int) or four_h % 4:
+        raise ValueError(f"kokoro_lstm.tvm: weight_ih has {four_h} rows, not 4*H")
+    call.hidden_size = four_h // 4
+    call.proj_size = _shape(w0["w_hr"])[0] if w0.get("w_hr") is not None else 0
+    call.dtype = call.x.ty.dtype
+    if call.dtype not in ("float32", "float64"):
+        raise TypeError(f"kokoro_lstm.tvm: LSTM input dtype {call.dtype} is not supported "
+                        "(float32 or float64)")
+    call.constant_weights = all(
+        _is_constant(fv, e, bound_names) for fv, e in fx_weights if e is not None)
+    return call
+
+
+def parse_aten_lstm(node, importer, bound_names=None) -> LSTMCall:
+    """aten::lstm.input(input, hx[], params[], has_biases, num_layers, dropout, train,
+    bidirectional, batch_first)."""
+    a = _named_args(node)
+    get = importer._retrieve_args
+    if a.get("train") and a.get("dropout"):
+        raise NotImplementedError("kokoro_lstm.tvm: LSTM dropout in training mode is not "
+                                  "supported (export the model in eval mode)")
+    L = int(a["num_layers"])
+    D = 2 if a["bidirectional"] else 1
+    has_b = bool(a["has_biases"])
+    fx_params = list(a["params"])
+    per = 4 if has_b else 2
+    if len(fx_params) == L * D * (per + 1):
+        per += 1  # weight_hr_l* (proj_size > 0)
+    elif len(fx_params) != L * D * per:
+        raise ValueError(f"kokoro_lstm.tvm: aten.lstm got {len(fx_params)} parameters for "
+                         f"num_layers={L}, bidirectional={D == 2}, has_biases={has_b}")
+    names = ["w_ih", "w_hh"] + (["b_ih", "b_hh"] if has_b else []) + (
+        ["w_hr"] if per in (3, 5) else [])
+    weights, fx_weights = [], []
+    for l in range(L):
+        layer = []
+        for d in range(D):
+            chunk = fx_params[(l * D + d) * per:(l * D + d + 1) * per]
+            w = {"w_ih": None, "w_hh": None, "b_ih": None, "b_hh": None, "w_hr": None}
+            for n, fv in zip(names, chunk):
+                w[n] = get(fv)
+                fx_weights.append((fv, w[n]))
+            layer.append(w)
+        weights.append(layer)
+    hx = a.get("hx") or []
+    h0 = get(hx[0]) if len(hx) > 0 else None
+    c0 = get(hx[1]) if len(hx) > 1 else None
+    call = LSTMCall(x=get(a["input"]), batch_first=bool(a["batch_first"]), num_layers=L,
+                    bidirectional=D == 2, hidden_size=0, proj_size=0, input_size=0,
+                    seq_len=0, batch=0, dtype="", h0=h0, c0=c0, weights=weights)
+    return _finish(call, fx_weights, importer, bound_names)
+
+
+def parse_kokoro_op(node, importer, bound_names=None) -> LSTMCall:
+    """kokoro::lstm_forward[_packed][_bidirectional] (one layer, seq-first)."""
+    name = node.target._schema.name.split("::")[-1]
+    bidirectional, packed = KOKORO_OPS[name]
+    a = _named_args(node)
+    get = importer._retrieve_args
+    weights, fx_weights = [], []
+    layer = []
+    for sfx in ([""] + (["_reverse"] if bidirectional else [])):
+        w = {"w_hr": None}
+        for key, arg in (("w_ih", "weight_ih_l0"), ("w_hh", "weight_hh_l0"),
+                         ("b_ih", "bias_ih_l0"), ("b_hh", "bias_hh_l0")):
+            fv = a.get(arg + sfx)
+            w[key] = get(fv) if fv is not None else None
+            fx_weights.append((fv, w[key]))
+        layer.append(w)
+    weights.append(layer)
+    call = LSTMCall(x=get(a["input"]), batch_first=False, num_layers=1,
+                    bidirectional=bidirectional, hidden_size=0, proj_size=0, input_size=0,
+                    seq_len=0, batch=0, dtype="",
+                    lengths=get(a["lengths"]) if packed and a.get("lengths") is not None else None,
+                    h0=get(a["h0"]) if a.get("h0") is not None else None,
+                    c0=get(a["c0"]) if a.get("c0") is not None else None, weights=weights)
+    call = _finish(call, fx_weights, importer, bound_names)
+    if call.lengths is not None and call.lengths.ty.dtype != "int64":
+        call.lengths = importer.block_builder.emit(relax.op.astype(call.lengths, "int64"))
+    return call
+
+
+# ----------------------------------------------------------------------------------
+# Shared helpers
+# ----------------------------------------------------------------------------------
+def _seq_first(bb, call):
+    return bb.emit(relax.op.permute_dims(call.x, (1, 0, 2))) if call.batch_first else call.x
+
+
+def _out_layout(bb, call, y):
+    return bb.emit(relax.op.permute_dims(y, (1, 0, 2))) if call.batch_first else y
+
+
+def _state_slice(bb, state, index, count):
+    """state[index:index+count] along axis 0."""
+    return bb.emit(relax.op.strided_slice(state, axes=[0], begin=[index], end=[index + count]))
+
+
+def _zeros(bb, shape, dtype):
+    return bb.emit(relax.op.zeros(relax.ShapeExpr(shape), dtype))
+
+
+def _static_seq_len(call, method):
+    T = call.seq_len
+    if not isinstance(T, int):
+        raise ValueError(f"kokoro_lstm.tvm: lstm_method={method!r} unrolls over time and needs a "
+                         "static sequence length; use 'tir' or 'native' for dynamic shapes")
+    return T
+
+
+# ----------------------------------------------------------------------------------
+# Method: relax (per-timestep Relax ops, unrolled)
+# ----------------------------------------------------------------------------------
+def _lower_unrolled(bb, call, step, method):
+    op = relax.op
+    T = _static_seq_len(call, method)
+    B, H, R, D = call.batch, call.hidden_size, call.R, call.D
+    x = _seq_first(bb, call)
+    hs, cs = [], []
+    for l in range(call.num_layers):
+        outs = []
+        for d in range(D):
+            w = call.weights[l][d]
+            k = l * D + d
+            h = (bb.emit(op.squeeze(_state_slice(bb, call.h0, k, 1), [0]))
+                 if call.h0 is not None else _zeros(bb, (B, R), call.dtype))
+            c = (bb.emit(op.squeeze(_state_slice(bb, call.c0, k, 1), [0]))
+                 if call.c0 is not None else _zeros(bb, (B, H), call.dtype))
+            prep = step.prepare(bb, w, call)
+            ys = [None] * T
+            for t in (range(T - 1, -1, -1) if d else range(T)):
+                x_t = bb.emit(op.take(x, relax.const(t, "int64"), axis=0))
+                ys[t], h, c = step.cell(bb, call, prep, x_t, h, c, t)
+            outs.append(bb.emit(op.stack(ys, axis=0)) if T > 1
+                        else bb.emit(op.expand_dims(ys[0], 0)))
+            hs.append(h)
+            cs.append(c)
+        x = outs[0] if D == 1 else bb.emit(op.concat(outs, axis=2))
+    hn = bb.emit(op.stack(hs, axis=0)) if len(hs) > 1 else bb.emit(op.expand_dims(hs[0], 0))
+    cn = bb.emit(op.stack(cs, axis=0)) if len(cs) > 1 else bb.emit(op.expand_dims(cs[0], 0))
+    return _out_layout(bb, call, x), hn, cn
+
+
+class _RelaxStep:
+    @staticmethod
+    def prepare(bb, w, call):
+        op = relax.op
+        p = {"w_ih_t": bb.emit(op.permute_dims(w["w_ih"], (1, 0))),
+             "w_hh_t": bb.emit(op.permute_dims(w["w_hh"], (1, 0))),
+             "w_hr_t": (bb.emit(op.permute_dims(w["w_hr"], (1, 0)))
+                        if w.get("w_hr") is not None else None),
+             "bias": None}
+        for n in ("b_ih", "b_hh"):
+            if w.get(n) is not None:
+                p["bias"] = w[n] if p["bias"] is None else bb.emit(op.add(p["bias"], w[n]))
+        return p
+
+    @staticmethod
+    def cell(bb, call, p, x_t, h, c, t):
+        op = relax.op
+        g = bb.emit(op.add(op.matmul(x_t, p["w_ih_t"]), op.matmul(h, p["w_hh_t"])))
+        if p["bias"] is not None:
+            g = bb.emit(op.add(g, p["bias"]))
+        parts = bb.emit(op.split(g, 4, axis=1))
+        i = bb.emit(op.sigmoid(relax.TupleGetItem(parts, 0)))
+        f = bb.emit(op.sigmoid(relax.TupleGetItem(parts, 1)))
+        gg = bb.emit(op.tanh(relax.TupleGetItem(parts, 2)))
+        o = bb.emit(op.sigmoid(relax.TupleGetItem(parts, 3)))
+        c_new = bb.emit(op.add(op.multiply(f, c), op.multiply(i, gg)))
+        h_new = bb.emit(op.multiply(o, op.tanh(c_new)))
+        if p["w_hr_t"] is not None:
+            h_new = bb.emit(op.matmul(h_new, p["w_hr_t"]))
+        if call.lengths is None:
+            return h_new, h_new, c_new
+        m = bb.emit(op.expand_dims(op.less(relax.const(t, "int64"), call.lengths), 1))
+        y = bb.emit(op.where(m, h_new, relax.const(0, call.dtype)))
+        return y, bb.emit(op.where(m, h_new, h)), bb.emit(op.where(m, c_new, c))
+
+
+# ----------------------------------------------------------------------------------
+# Method: topi (per-timestep TOPI computes through emit_te, unrolled)
+# ----------------------------------------------------------------------------------
+def _te_cell(x_t, h, c, w_ih, w_hh, *rest, H, has_bias, has_proj, has_len):
+    """One LSTM step in TE. rest: [b_ih, b_hh], [w_hr], [valid (bool [B]: t < length)].
+    The step index is not baked in, so every step shares one PrimFunc."""
+    rest = list(rest)
+    gates = topi.add(topi.nn.dense(x_t, w_ih), topi.nn.dense(h, w_hh))
+    if has_bias:
+        b_ih, b_hh = rest.pop(0), rest.pop(0)
+        gates = topi.add(gates, topi.add(b_ih, b_hh))
+    w_hr = rest.pop(0) if has_proj else None
+    valid = rest.pop(0) if has_len else None
+    B = gates.shape[0]
+
+    def gate(q, act):
+        return te.compute((B, H), lambda b, j: act(gates[b, q * H + j]), name=f"gate{q}")
+
+    i, f = gate(0, tirx.sigmoid), gate(1, tirx.sigmoid)
+    g, o = gate(2, tirx.tanh), gate(3, tirx.sigmoid)
+    c_new = te.compute((B, H), lambda b, j: f[b, j] * c[b, j] + i[b, j] * g[b, j], name="c_new")
+    h_new = te.compute((B, H), lambda b, j: o[b, j] * tirx.tanh(c_new[b, j]), name="h_new")
+    if has_proj:
+        h_new = topi.nn.dense(h_new, w_hr)
+    if not has_len:
+        return [h_new, c_new]
+    R = h_new.shape[1]
+    zero = tirx.const(0, h_new.dtype)
+    y = te.compute((B, R), lambda b, j: tirx.Select(valid[b], h_new[b, j], zero), name="y_t")
+    h_o = te.compute((B, R), lambda b, j: tirx.Select(valid[b], h_new[b, j], h[b, j]),
+                     name="h_t")
+    c_o = te.compute((B, H), lambda b, j: tirx.Select(valid[b], c_new[b, j], c[b, j]),
+                     name="c_t")
+    return [y, h_o, c_o]
+
+
+class _TopiStep:
+    @staticmethod
+    def prepare(bb, w, call):
+        return w
+
+    @staticmethod
+    def cell(bb, call, w, x_t, h, c, t):
+        has_bias = w.get("b_ih") is not None or w.get("b_hh") is not None
+        args = [x_t, h, c, w["w_ih"], w["w_hh"]]
+        if has_bias:
+            for n in ("b_ih", "b_hh"):
+                args.append(w[n] if w.get(n) is not None
+                            else _zeros(bb, (4 * call.hidden_size,), call.dtype))
+        if w.get("w_hr") is not None:
+            args.append(w["w_hr"])
+        if call.lengths is not None:
+            args.append(bb.emit(relax.op.less(relax.const(t, "int64"), call.lengths)))
+        out = bb.emit_te(_te_cell, *args, H=call.hidden_size, has_bias=has_bias,
+                         has_proj=w.get("w_hr") is not None,
+                         has_len=call.lengths is not None,
+                         primfunc_name_hint="kokoro_lstm_topi_cell")
+        if call.lengths is None:
+            h_new, c_new = (bb.emit(relax.TupleGetItem(out, k)) for k in range(2))
+            return h_new, h_new, c_new
+        return tuple(bb.emit(relax.TupleGetItem(out, k)) for k in range(3))
+
+
+# ----------------------------------------------------------------------------------
+# Method: tir (one PrimFunc per layer with a loop over time)
+# ----------------------------------------------------------------------------------
+_NO_LENGTH = 1 << 62
+
+def _lower_tir(bb, call):
+    op = relax.op
+    S, B, H, R, D, P = call.seq_len, call.batch, call.hidden_size, call.R, call.D, call.proj_size
+    dt = call.dtype
+    x = _seq_first(bb, call)
+    lengths = call.lengths
+    if lengths is None:  # no lengths: every step is valid (a bound no step reaches)
+        lengths = bb.emit(op.full(relax.ShapeExpr((B,)), relax.const(_NO_LENGTH, "int64"),
+                                  "int64"))
+    hns, cns = [], []
+    I = call.input_size  # noqa: E741
+    for l in range(call.num_layers):
+        wp, bias, wh, whr = _tir.pack_weights_relax(bb, call.weights[l], H, dt)
+        h0 = (_state_slice(bb, call.h0, l * D, D) if call.h0 is not None
+              else _zeros(bb, (D, B, R), dt))
+        c0 = (_state_slice(bb, call.c0, l * D, D) if call.c0 is not None
+              else _zeros(bb, (D, B, H), dt))
+        prim = _tir.lstm_layer_kernel(I, H, D, P, dt)
+        gv = bb.add_func(prim, "kokoro_lstm_layer" + (f"_I{I}_H{H}_D{D}" + (f"_P{P}" if P else "")))
+        out_ty = [relax.TensorType((S, B, D * R), dt), relax.TensorType((D, B, R), dt),
+                  relax.TensorType((D, B, H), dt), relax.TensorType((S * B, D * 4 * H), dt)]
+        args = [x, wp, bias, wh] + ([whr] if P else []) + [h0, c0, lengths]
+        if P:
+            out_ty.append(relax.TensorType((D * B, H), dt))
+        out = bb.emit(relax.call_tir(gv, args, out_ty=out_ty))
+        x = bb.emit(relax.TupleGetItem(out, 0))
+        hns.append(bb.emit(relax.TupleGetItem(out, 1)))
+        cns.append(bb.emit(relax.TupleGetItem(out, 2)))
+        I = D * R  # noqa: E741
+    hn = hns[0] if len(hns) == 1 else bb.emit(op.concat(hns, axis=0))
+    cn = cns[0] if len(cns) == 1 else bb.emit(op.concat(cns, axis=0))
+    return _out_layout(bb, call, x), hn, cn
+
+
+# ----------------------------------------------------------------------------------
+# Method: native (call_dps_packed into the kokoro_lstm C engine)
+# ----------------------------------------------------------------------------------
+def _lower_native(bb, call):
+    S, B, H, R, D, L = call.seq_len, call.batch, call.hidden_size, call.R, call.D, call.num_layers
+    dt = call.dtype
+    has_bias = any(w.get(n) is not None for layer in call.weights for w in layer
+                   for n in ("b_ih", "b_hh"))
+    has_hx = call.h0 is not None or call.c0 is not None
+    args = [call.x]
+    if call.lengths is not None:
+        args.append(call.lengths)
+    if has_hx:
+        args.append(call.h0 if call.h0 is not None else _zeros(bb, (L * D, B, R), dt))
+        args.append(call.c0 if call.c0 is not None else _zeros(bb, (L * D, B, H), dt))
+    for layer in call.weights:
+        for w in layer:
+            args += [w["w_ih"], w["w_hh"]]
+            if has_bias:
+                args += [w[n] if w.get(n) is not None else _zeros(bb, (4 * H,), dt)
+                         for n in ("b_ih", "b_hh")]
+            if call.proj_size:
+                args.append(w["w_hr"])
+    cfg = _native.Config(abi=ABI_VERSION, num_layers=L, num_directions=D,
+                         has_lengths=int(call.lengths is not None), has_hx=int(has_hx),
+                         batch_first=int(call.batch_first), proj_size=call.proj_size,
+                         has_bias=int(has_bias), constant_weights=int(call.constant_weights))
+    y_shape = (B, S, D * R) if call.batch_first else (S, B, D * R)
+    out_ty = [relax.TensorType(y_shape, dt), relax.TensorType((L * D, B, R), dt),
+              relax.TensorType((L * D, B, H), dt)]
+    out = bb.emit(relax.call_dps_packed(NATIVE_FUNC, [relax.ShapeExpr(list(cfg))] + args,
+                                        out_ty=out_ty))
+    return tuple(bb.emit(relax.TupleGetItem(out, k)) for k in range(3))
+
+
+# ----------------------------------------------------------------------------------
+# Converter factory
+# ----------------------------------------------------------------------------------
+def lower(bb, call: LSTMCall, method: str):
+    if method == "relax":
+        return _lower_unrolled(bb, call, _RelaxStep, method)
+    if method == "topi":
+        return _lower_unrolled(bb, call, _TopiStep, method)
+    if method == "tir":
+        return _lower_tir(bb, call)
+    if method == "native":
+        return _lower_native(bb, call)
+    raise ValueError(f"kokoro_lstm.tvm: unknown lowering method {method!r}")
+
+
+def make_converter(parse, method: str, bound_names=None):
+    def convert(node, importer):
+        call = parse(node, importer, bound_names)
+        bb = importer.block_builder
+        y, hn, cn = lower(bb, call, method)
+        return bb.emit(relax.Tuple([y, hn, cn]))
+
+    convert.__name__ = f"convert_{parse.__name__}_{method}"
+    return convert
+
+
+def build_convert_map(method: str, bound_names=None) -> dict:
+    m = {"lstm.input": make_converter(parse_aten_lstm, method, bound_names)}
+    for name in KOKORO_OPS:
+        m[f"{name}.default"] = make_converter(parse_kokoro_op, method, bound_names)
+    return m

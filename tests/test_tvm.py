@@ -1,0 +1,446 @@
+"""kokoro_lstm.tvm: Relax lowering of the kokoro ops and aten lstm, every method.
+
+Compiled modules are shared through module-level caches: one compile per (method, T)
+serves the whole {unidirectional, bidirectional} x {no lengths, lengths} matrix (a
+single exported program runs the four kokoro ops side by side).
+"""
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import require
+
+tvm = require("tvm")
+torch = require("torch")
+
+from tvm import relax  # noqa: E402
+
+import kokoro_lstm.torch_ops  # noqa: E402,F401  (registers torch.ops.kokoro.*)
+import kokoro_lstm.tvm as kt  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+METHODS = ["topi", "relax", "tir", "native"]
+UNROLLED = ("topi", "relax")
+I, H, B = 6, 16, 3
+TOL = 1e-5
+ops = torch.ops.kokoro
+
+
+def _weights(lstm):
+    """kokoro op weight arguments of a one-layer nn.LSTM (None for absent biases)."""
+    out = []
+    for sfx in ("", "_reverse")[:2 if lstm.bidirectional else 1]:
+        for n in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            out.append(getattr(lstm, n + sfx, None))
+    return out
+
+
+def _lengths(T):
+    return torch.tensor([max(1, T - 3), T, max(1, (T + 1) // 2)], dtype=torch.int64)
+
+
+def _torch_lstm(lstm, x, hx, lengths=None):
+    """torch.nn.LSTM reference; lengths: pack_padded(enforce_sorted=False) semantics."""
+    with torch.no_grad():
+        if lengths is None:
+            y, (h, c) = lstm(x, hx)
+        else:
+            bf = lstm.batch_first
+            pk = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=bf,
+                                                         enforce_sorted=False)
+            y, (h, c) = lstm(pk, hx)
+            y, _ = torch.nn.utils.rnn.pad_packed_sequence(
+                y, batch_first=bf, total_length=x.shape[1 if bf else 0])
+    return [y.numpy(), h.numpy(), c.numpy()]
+
+
+class Quad(torch.nn.Module):
+    """The four kokoro ops side by side: (uni, bi) x (no lengths, lengths)."""
+
+    CASES = [(False, False), (True, False), (False, True), (True, True)]  # (bi, packed)
+
+    def __init__(self):
+        super().__init__()
+        self.lstms = torch.nn.ModuleList(
+            [torch.nn.LSTM(I, H, bidirectional=bi) for bi, _ in self.CASES])
+
+    def forward(self, x, lengths, h1, c1, h2, c2):
+        outs = []
+        for (bi, packed), lstm in zip(self.CASES, self.lstms):
+            h, c = (h2, c2) if bi else (h1, c1)
+            w = _weights(lstm)
+            if packed:
+                f = ops.lstm_forward_packed_bidirectional if bi else ops.lstm_forward_packed
+                outs.append(f(x, lengths, h, c, *w))
+            else:
+                f = ops.lstm_forward_bidirectional if bi else ops.lstm_forward
+                outs.append(f(x, h, c, *w))
+        return tuple(outs)
+
+
+@functools.lru_cache(maxsize=None)
+def _quad(T):
+    """(decomposed ExportedProgram, numpy inputs, expected: 4 x [y, h_n, c_n])."""
+    torch.manual_seed(T)
+    model = Quad().eval()
+    x = torch.randn(T, B, I)
+    lengths = _lengths(T)
+    h1, c1 = torch.randn(1, B, H), torch.randn(1, B, H)
+    h2, c2 = torch.randn(2, B, H), torch.randn(2, B, H)
+    args = (x, lengths, h1, c1, h2, c2)
+    ep = torch.export.export(model, args).run_decompositions(kt.decomposition_table())
+    expected = []
+    for (bi, packed), lstm in zip(Quad.CASES, model.lstms):
+        hx = (h2, c2) if bi else (h1, c1)
+        expected.append(_torch_lstm(lstm, x, hx, lengths if packed else None))
+    return ep, [a.numpy() for a in args], expected
+
+
+def _compile(mod):
+    return relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+
+
+def _run(vm, inputs, mod=None):
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    if mod is not None and mod["main"].attrs is not None and "params" in mod["main"].attrs:
+        args += list(mod["main"].attrs["params"])
+    res = vm["main"](*args)
+    return [r.numpy() for r in res]
+
+
+@functools.lru_cache(maxsize=None)
+def _quad_outputs(method, T, keep_params_as_input=False):
+    ep, inputs, _ = _quad(T)
+    mod = kt.from_exported_program(ep, lstm_method=method, run_ep_decomposition=False,
+                                   keep_params_as_input=keep_params_as_input)
+    return _run(_compile(mod), inputs, mod)
+
+
+def _check(got, expected, what=""):
+    names = ("output", "h_n", "c_n")
+    assert len(got) == len(expected)
+    for name, g, e in zip(names, got, expected):
+        assert g.shape == e.shape, f"{what} {name}: shape {g.shape} != {e.shape}"
+        err = float(np.abs(g - e).max())
+        assert err <= TOL, f"{what} {name}: max abs err {err:.3g} > {TOL}"
+
+
+def _matrix_params():
+    out = []
+    for method in METHODS:
+        for T in (1, 7, 64):
+            for bi in (False, True):
+                for packed in (False, True):
+                    marks = [pytest.mark.slow] if (method in UNROLLED and T == 64) else []
+                    out.append(pytest.param(
+                        method, T, bi, packed, marks=marks,
+                        id=f"{method}-T{T}-{'bi' if bi else 'uni'}-{'len' if packed else 'nolen'}"))
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# The matrix: method x direction x lengths x T, against torch.nn.LSTM
+# ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("method,T,bi,packed", _matrix_params())
+def test_matrix_vs_torch(method, T, bi, packed):
+    k = Quad.CASES.index((bi, packed))
+    got = _quad_outputs(method, T)[3 * k:3 * k + 3]
+    _check(got, _quad(T)[2][k], f"{method} T={T} bi={bi} packed={packed}")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_params_as_inputs(method):
+    """keep_params_as_input=True: the weights are runtime inputs, not constants."""
+    got = _quad_outputs(method, 7, keep_params_as_input=True)
+    for k, expected in enumerate(_quad(7)[2]):
+        _check(got[3 * k:3 * k + 3], expected, f"{method} case {Quad.CASES[k]}")
+
+
+# ----------------------------------------------------------------------------------
+# aten lstm.input (exported without decomposing the LSTM): layers, batch_first, proj
+# ----------------------------------------------------------------------------------
+class Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.LSTM(I, H, num_layers=2, bidirectional=True, batch_first=True)
+        self.b = torch.nn.LSTM(I, 12, num_layers=3, bias=False)
+        self.c = torch.nn.LSTM(I, H, num_layers=2, bidirectional=True, proj_size=5)
+
+    def forward(self, x, h, c):
+        ya, (ha, ca) = self.a(x.transpose(0, 1), (h, c))
+        yb, (hb, cb) = self.b(x)
+        yc, (hc, cc) = self.c(x)
+        return ya, ha, ca, yb, hb, cb, yc, hc, cc
+
+
+@functools.lru_cache(maxsize=None)
+def _stack():
+    torch.manual_seed(1)
+    model = Stack().eval()
+    T = 7
+    x = torch.randn(T, B, I)
+    h, c = torch.randn(4, B, H), torch.randn(4, B, H)
+    ep = torch.export.export(model, (x, h, c))
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(x, h, c)]
+    return ep, [x.numpy(), h.numpy(), c.numpy()], expected
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_aten_multilayer(method):
+    ep, inputs, expected = _stack()
+    assert any(n.target is torch.ops.aten.lstm.input for n in ep.graph.nodes)
+    mod = kt.from_exported_program(ep, lstm_method=method)
+    got = _run(_compile(mod), inputs)
+    for k, what in enumerate(("2-layer bi batch_first", "3-layer no-bias", "2-layer bi proj")):
+        _check(got[3 * k:3 * k + 3], expected[3 * k:3 * k + 3], f"{method} {what}")
+
+
+def test_upstream_importer_with_convert_map():
+    """The plain upstream entry point with convert_map() (no decomposition)."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    ep, inputs, expected = _stack()
+    mod = from_exported_program(ep, custom_convert_map=kt.convert_map("tir"),
+                                run_ep_decomposition=False)
+    got = _run(_compile(mod), inputs)
+    _check(got[:3], expected[:3], "upstream importer + convert_map")
+
+
+@pytest.mark.parametrize("method", ["tir", "native"])
+def test_float64(method):
+    torch.manual_seed(2)
+    lstm = torch.nn.LSTM(I, H, bidirectional=True).double().eval()
+    x = torch.randn(5, B, I, dtype=torch.float64)
+    ep = torch.export.export(lstm, (x,))
+    got = _run(_compile(kt.from_exported_program(ep, lstm_method=method)), [x.numpy()])
+    expected = _torch_lstm(lstm, x, None)
+    for g, e in zip(got, expected):
+        assert g.dtype == np.float64 and np.abs(g - e).max() < 1e-12
+
+
+@functools.lru_cache(maxsize=None)
+def _dynamic_ep():
+    """A packed bidirectional kokoro op exported with a symbolic T (2..1024)."""
+    torch.manual_seed(3)
+    lstm = torch.nn.LSTM(I, H, bidirectional=True).eval()
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = lstm
+
+        def forward(self, x, lengths):
+            h0 = x.new_zeros(2, B, H)
+            w = _weights(self.lstm)
+            return (ops.lstm_forward_packed_bidirectional(x, lengths, h0, h0, *w),
+                    ops.lstm_forward_bidirectional(x, h0, h0, *w))
+
+    T = torch.export.Dim("T", min=2, max=1024)
+    x = torch.randn(9, B, I)
+    ep = torch.export.export(M().eval(), (x, _lengths(9)), dynamic_shapes=({0: T}, None))
+    return ep, lstm
+
+
+@pytest.mark.parametrize("method", ["tir", "native"])
+def test_dynamic_sequence_length(method):
+    """tir/native take a symbolic T: one compiled module serves every length."""
+    ep, lstm = _dynamic_ep()
+    vm = _compile(kt.from_exported_program(ep, lstm_method=method))
+    for t in (4, 9, 30):
+        x = torch.randn(t, B, I)
+        got = _run(vm, [x.numpy(), _lengths(t).numpy()])
+        _check(got[:3], _torch_lstm(lstm, x, None, _lengths(t)), f"{method} T={t} lengths")
+        _check(got[3:], _torch_lstm(lstm, x, None), f"{method} T={t}")
+
+
+def test_kokoro_style_patched_model():
+    """A Kokoro-style module (batch_first, pack_padded_sequence(enforce_sorted=False))
+    patched with torch_ops, exported under exportable_packing(), lowered natively."""
+    from kokoro_lstm.torch_ops import exportable_packing, patch_lstm_modules
+
+    class Enc(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(I, H, batch_first=True, bidirectional=True)
+
+        def forward(self, x, lengths):
+            p = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                        enforce_sorted=False)
+            y, _ = self.lstm(p)
+            y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True,
+                                                          total_length=x.shape[1])
+            return y
+
+    torch.manual_seed(4)
+    model = Enc().eval()
+    x, lengths = torch.randn(B, 11, I), _lengths(11)
+    with torch.no_grad():
+        expected = model(x, lengths).numpy()
+    patch_lstm_modules(model)
+    with exportable_packing():
+        ep = torch.export.export(model, (x, lengths))
+    for method in ("native", "tir"):
+        got = _run(_compile(kt.from_exported_program(ep, lstm_method=method)),
+                   [x.numpy(), lengths.numpy()])
+        assert np.abs(got[0] - expected).max() <= TOL, method
+
+
+# ----------------------------------------------------------------------------------
+# IR size: tir/native independent of T, unrolled methods grow
+# ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _ir_ep(T):
+    torch.manual_seed(5)
+    lstm = torch.nn.LSTM(I, H).eval()
+    return torch.export.export(lstm, (torch.randn(T, 1, I),))  # keeps one aten.lstm node
+
+
+def _ir_lines(method, T):
+    mod = kt.from_exported_program(_ir_ep(T), lstm_method=method, run_ep_decomposition=False)
+    return kt.ir_size(mod)["lines"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ir_size(method):
+    small, large = _ir_lines(method, 16), _ir_lines(method, 512)
+    if method in UNROLLED:
+        assert large > 10 * small, (method, small, large)
+    else:
+        assert large == small, (method, small, large)
+        assert small < 200, (method, small)
+
+
+# ----------------------------------------------------------------------------------
+# Native runtime: weight cache freshness, registration, exported libraries
+# ----------------------------------------------------------------------------------
+def test_native_weights_never_stale():
+    """Weights passed as inputs and updated in place are re-packed, not served stale."""
+    torch.manual_seed(6)
+    lstm = torch.nn.LSTM(I, H, bidirectional=True).eval()
+    x = torch.randn(5, B, I)
+    ep = torch.export.export(lstm, (x,))
+    mod = kt.from_exported_program(ep, lstm_method="native", keep_params_as_input=True)
+    vm = _compile(mod)
+    params = [tvm.runtime.tensor(p.numpy()) for p in mod["main"].attrs["params"]]
+    xin = tvm.runtime.tensor(x.numpy())
+
+    def run():
+        return [r.numpy() for r in vm["main"](xin, *params)]
+
+    _check(run(), _torch_lstm(lstm, x, None))
+    _check(run(), _torch_lstm(lstm, x, None))  # cache hit
+    info = kt.cache_info()
+    # one element of one weight, changed in place (same tensor, same address)
+    names = [n for n, _ in lstm.named_parameters()]
+    k = names.index("weight_hh_l0_reverse")
+    w = params[k].numpy()
+    w[3, 4] += 0.5
+    params[k].copyfrom(w)
+    with torch.no_grad():
+        getattr(lstm, "weight_hh_l0_reverse")[3, 4] += 0.5
+    _check(run(), _torch_lstm(lstm, x, None), "after in-place update")
+    assert kt.cache_info()["rebuilds"] == info["rebuilds"] + 1
+
+
+def _subprocess(code, *args):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+def test_import_is_light_and_registers_lazily():
+    out = _subprocess("""
+        import sys
+        import kokoro_lstm, kokoro_lstm.tvm
+        assert "tvm" not in sys.modules and "torch" not in sys.modules, "heavy import"
+        assert "tvm_ffi" not in sys.modules
+        import tvm_ffi
+        print(tvm_ffi.get_global_func("kokoro_lstm.lstm_forward", allow_missing=True) is not None)
+    """)
+    assert out.strip() == "True"
+
+
+def test_export_library_fresh_process(tmp_path):
+    """export_library, then load and run in a fresh process (native: `import kokoro_lstm`
+    registers the function, before or after tvm is imported)."""
+    ep, inputs, _ = _quad(7)
+    np.savez(tmp_path / "inputs.npz", *inputs)
+    expected = {}
+    for method in ("native", "tir"):
+        lib = tmp_path / f"quad_{method}.so"
+        tvm.compile(kt.from_exported_program(ep, lstm_method=method,
+                                             run_ep_decomposition=False),
+                    target="llvm").export_library(str(lib))
+        expected[method] = _quad_outputs(method, 7)
+        np.savez(tmp_path / f"expected_{method}.npz", *expected[method])
+    code = """
+        import sys
+        order = sys.argv[2]
+        if order == "kokoro-first":
+            import kokoro_lstm
+        import numpy as np, tvm
+        from tvm import relax
+        if order == "tvm-first":
+            import kokoro_lstm
+        d = sys.argv[1]
+        inputs = list(np.load(d + "/inputs.npz").values())
+        for method in ("native", "tir"):
+            vm = relax.VirtualMachine(tvm.runtime.load_module(f"{d}/quad_{method}.so"), tvm.cpu())
+            got = [r.numpy() for r in vm["main"](*[tvm.runtime.tensor(a) for a in inputs])]
+            exp = list(np.load(f"{d}/expected_{method}.npz").values())
+            assert len(got) == len(exp) == 12
+            assert all(np.array_equal(g, e) for g, e in zip(got, exp)), method
+        print("ok")
+    """
+    for order in ("kokoro-first", "tvm-first"):
+        assert _subprocess(code, str(tmp_path), order).strip().endswith("ok")
+
+
+# ----------------------------------------------------------------------------------
+# API surface
+# ----------------------------------------------------------------------------------
+def test_select_method():
+    assert kt.select_method("llvm") == "native"
+    assert kt.select_method({"kind": "llvm", "mcpu": "generic"}) == "native"
+    assert kt.select_method(tvm.target.Target("llvm")) == "native"
+    assert kt.select_method("llvm", "tir") == "tir"
+    assert kt.select_method("cuda") == "relax"
+    with pytest.raises(ValueError, match="not a CPU target"):
+        kt.select_method("cuda", "native")
+    with pytest.raises(NotImplementedError, match="macOS"):
+        kt.select_method("llvm", "mps")
+    with pytest.raises(NotImplementedError, match="macOS"):
+        kt.convert_map("mps")
+    with pytest.raises(ValueError, match="unknown lstm_method"):
+        kt.select_method("llvm", "cudnn")
+
+
+def test_convert_map_keys():
+    keys = set(kt.convert_map("tir"))
+    assert keys == {"lstm.input", "lstm_forward.default", "lstm_forward_bidirectional.default",
+                    "lstm_forward_packed.default", "lstm_forward_packed_bidirectional.default"}
+
+
+@pytest.mark.parametrize("method", UNROLLED)
+def test_unrolled_methods_need_static_length(method):
+    with pytest.raises(Exception, match="static sequence length"):
+        kt.from_exported_program(_dynamic_ep()[0], lstm_method=method)
+
+
+def test_bench_script_json(tmp_path):
+    """benchmarks/bench_tvm.py runs and writes its JSON (tiny run)."""
+    out = tmp_path / "tvm.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_tvm.py"),
+                    "--T", "4", "--methods", "native", "tir", "--repeat", "2",
+                    "--out", str(out)], check=True, capture_output=True, cwd=ROOT, timeout=300)
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["method"] for r in rows} >= {"native", "tir", "kokoro_lstm (direct)"}
