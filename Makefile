@@ -94,7 +94,7 @@ $(VENV_STAMP): constraints.txt pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --progress-bar off $(PIPC) $(TORCH_PIP_ARGS) torch==2.13.0
 	$(PIP) install --progress-bar off $(PIPC) numpy pytest scipy-openblas32 setuptools wheel apache-tvm \
-	    onnxruntime onnx matplotlib
+	    onnxruntime onnx matplotlib threadpoolctl
 	$(PIP) install --progress-bar off $(PIPC) $(TEST_EXTRAS)
 	$(PIP) install --progress-bar off $(PIPC) --no-build-isolation -e .
 	touch $@ $(EXT_STAMP)

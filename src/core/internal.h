@@ -65,10 +65,13 @@ typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
  * runs i == 0. Returns KL_ERR_THREAD if workers could not be started. */
 kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx);
 
-/* Spin barrier for a fixed group of threads (one per direction group). */
+/* Barrier for a fixed group of threads (one per direction group): spins
+ * briefly, then sleeps (futex on Linux), so a descheduled member costs its
+ * group the wait and not a core each. */
 typedef struct kl_barrier {
   _Alignas(64) atomic_int count;
   _Alignas(64) atomic_int phase;
+  atomic_int sleepers;
   int n;
 } kl_barrier;
 void kl_barrier_init(kl_barrier* b, int n);

@@ -238,7 +238,7 @@ typedef struct run_ctx {
   char* c[2];     /* [B][Hp] */
   char* hfull[2]; /* [B][Hp], projection only */
   kl_barrier* bar;  /* [D] per-step barrier of each direction group */
-  kl_barrier* gbar; /* [D] after each group's input GEMM */
+  kl_barrier* gbar; /* all threads, after the input GEMM */
   /* per-thread scratch */
   kl_cell_row* rows;   /* [nth][B] */
   const void** ptrs;   /* [nth][3B] */
@@ -345,24 +345,31 @@ static void run_direction(const run_ctx* x, int d, int gi, int p, int ith) {
   }
 }
 
-static void input_gates(const run_ctx* x, int d, int gi, int p);
+static void input_gates(const run_ctx* x, int ith, int nth);
 
-/* One layer on the pool: each direction group computes its own input gates,
- * then runs its recurrence. */
+/* Threads per direction for the recurrence. Hidden-unit splitting runs in
+ * lockstep (a barrier per step), so it uses at most UNIT_SPLIT_MAX threads per
+ * direction: more adds little (a thread's share of W_hh is already in its own
+ * cache) and makes every step wait for the slowest of them. */
+#define UNIT_SPLIT_MAX 4
+static int threads_per_direction(int nth, int D, int64_t B) {
+  const int p = nth >= D ? nth / D : 1;
+  return B < CHUNK && p > UNIT_SPLIT_MAX ? UNIT_SPLIT_MAX : p;
+}
+
+/* One layer on the pool: all threads compute the input gates, then each
+ * direction group runs its recurrence (leftover threads are done). */
 static void layer_task(void* ctx, int ith, int nth) {
   const run_ctx* x = ctx;
   const int D = x->m->D;
+  input_gates(x, ith, nth);
   if (nth < D) { /* one thread: directions one after the other */
-    for (int d = 0; d < D; d++) {
-      input_gates(x, d, 0, 1);
-      run_direction(x, d, 0, 1, ith);
-    }
+    for (int d = 0; d < D; d++) run_direction(x, d, 0, 1, ith);
     return;
   }
-  const int p = nth / D, d = ith / p;
-  if (d >= D) return; /* leftover thread */
-  input_gates(x, d, ith % p, p);
-  kl_barrier_wait(&x->gbar[d]);
+  kl_barrier_wait(x->gbar);
+  const int p = threads_per_direction(nth, D, x->B), d = ith / p;
+  if (d >= D) return;
   run_direction(x, d, ith % p, p, ith);
 }
 
@@ -379,24 +386,28 @@ static int row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K,
   return *ld >= K && *ld <= INT_MAX;
 }
 
-/* Input gates of direction d: fixed tiles of GEMM_MC rows x GEMM_NC columns,
- * dealt to the p threads of the direction's group. The tiling never depends
- * on the thread count, so neither do the results. */
-#define GEMM_MC 512
-#define GEMM_NC 256
-static void input_gates(const run_ctx* x, int d, int gi, int p) {
+/* Input gates of every direction, in tiles dealt to all nth threads. Tiles
+ * depend on the problem's shape only, never on the thread count, so neither
+ * do the results. Each BLAS call repacks its A rows, so few rows
+ * (M < GEMM_SPLIT_M) are split by columns, many by rows and columns. */
+#define GEMM_SPLIT_M 1024
+#define GEMM_MC 512       /* rows per tile when M >= GEMM_SPLIT_M */
+#define GEMM_NC_SMALL 128 /* columns per tile when M < GEMM_SPLIT_M */
+#define GEMM_NC_LARGE 512 /* columns per tile when M >= GEMM_SPLIT_M */
+static void input_gates(const run_ctx* x, int ith, int nth) {
   const kl_lstm* m = x->m;
-  const size_t esz = m->esz, K = x->L->in_size, N = 4 * m->Hp;
+  const size_t esz = m->esz, K = x->L->in_size, N = (size_t)m->D * 4 * m->Hp;
   const int64_t M = x->T * x->B;
-  const int64_t nm = (M + GEMM_MC - 1) / GEMM_MC, nn = ((int64_t)N + GEMM_NC - 1) / GEMM_NC;
-  for (int64_t task = gi; task < nm * nn; task += p) {
-    const int64_t r0 = (task / nn) * GEMM_MC, c0 = (task % nn) * GEMM_NC;
-    const int64_t mr = M - r0 < GEMM_MC ? M - r0 : GEMM_MC;
-    const int64_t nc = (int64_t)N - c0 < GEMM_NC ? (int64_t)N - c0 : GEMM_NC;
-    const size_t col = (size_t)d * N + (size_t)c0;
+  const int64_t mc = M < GEMM_SPLIT_M ? M : GEMM_MC;
+  const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
+  const int64_t nm = (M + mc - 1) / mc, nn = ((int64_t)N + ncol - 1) / ncol;
+  for (int64_t task = ith; task < nm * nn; task += nth) {
+    const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
+    const int64_t mr = M - r0 < mc ? M - r0 : mc;
+    const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
     gemm(m, mr, nc, (int64_t)K, x->in + (size_t)(r0 * x->lda) * esz, x->lda,
-         (const char*)x->L->w_ih + col * K * esz, (char*)x->G + ((size_t)r0 * x->ldg + col) * esz,
-         (int64_t)x->ldg);
+         (const char*)x->L->w_ih + (size_t)c0 * K * esz,
+         (char*)x->G + ((size_t)r0 * x->ldg + (size_t)c0) * esz, (int64_t)x->ldg);
   }
 }
 
@@ -425,7 +436,7 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
   int32_t* ord = malloc((size_t)B * sizeof(int32_t));
-  kl_barrier* bar = aligned_alloc(64, kl_round_up(4 * sizeof(kl_barrier), 64));
+  kl_barrier* bar = aligned_alloc(64, kl_round_up(3 * sizeof(kl_barrier), 64));
   kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
   const void** ptrs = malloc((size_t)nth * 3 * (size_t)B * sizeof(void*));
   int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
@@ -499,11 +510,9 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t t = len[b]; t < T; t++)
         memset(x.out + (size_t)(t * x.out_st + b * x.out_sb) * esz, 0, DR * esz);
-    const int p = nth >= D ? nth / D : 1;
-    for (int d = 0; d < D; d++) {
-      kl_barrier_init(&x.bar[d], unit_split(p, B) ? p : 1);
-      kl_barrier_init(&x.gbar[d], p);
-    }
+    const int p = threads_per_direction(nth, D, B);
+    for (int d = 0; d < D; d++) kl_barrier_init(&x.bar[d], unit_split(p, B) ? p : 1);
+    kl_barrier_init(x.gbar, nth);
     /* BLAS runs single-threaded inside our threads (never oversubscribed). */
     const int blas_prev = kl_blas_get_num_threads();
     if (blas_prev != 1) kl_blas_set_num_threads(1);

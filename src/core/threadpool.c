@@ -2,10 +2,17 @@
  * caller is thread 0, a job is announced by bumping an atomic generation
  * counter; workers spin briefly for the next job, then sleep on a condvar.
  * One job at a time: concurrent callers are serialized by a mutex. */
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "internal.h"
 
@@ -17,14 +24,37 @@
 #endif
 
 #define KL_MAX_THREADS 512 /* < 1024: nth travels in the low bits of gen */
-#define KL_SPIN_JOB 20000   /* pause iterations a worker waits before sleeping */
-#define KL_SPIN_YIELD 4096  /* barrier spins between sched_yield calls */
+#define KL_SPIN_JOB_NS 200000     /* a worker waits for the next job this long before sleeping */
+#define KL_SPIN_BARRIER_NS 100000 /* and at a barrier this long */
+#define KL_SPIN_YIELD 1024        /* caller's spins between sched_yield while workers finish */
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spins (pause) until *addr != val or ns have passed; returns the last value read. */
+static int spin_while_equal(atomic_int* addr, int val, int64_t ns) {
+  int64_t deadline = 0;
+  for (unsigned i = 0;; i++) {
+    const int v = atomic_load_explicit(addr, memory_order_acquire);
+    if (v != val) return v;
+    KL_PAUSE();
+    if ((i & 63) == 0) {
+      const int64_t t = now_ns();
+      if (deadline == 0) deadline = t + ns;
+      else if (t > deadline) return v;
+    }
+  }
+}
 
 typedef struct {
   pthread_mutex_t job_lock;  /* held by the caller for a whole job */
   pthread_mutex_t lock;      /* protects the condvar sleep */
   pthread_cond_t wake;
-  atomic_uint gen;           /* (job sequence << 10) | nth of that job */
+  atomic_int gen;            /* (job sequence << 10) | nth of that job */
+  atomic_int sleepers;       /* workers asleep on the condvar */
   atomic_int pending;        /* workers still running the current job */
   int n_workers;             /* threads started, excluding callers */
   /* current job: read only by its participants, which the caller waits for */
@@ -33,31 +63,27 @@ typedef struct {
 } kl_pool;
 
 static kl_pool g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-                         PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL};
+                         PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, NULL};
 
 /* The generation current when each worker was created (under job_lock,
  * before the job that needed it was announced), so none misses that job. */
-static unsigned g_start_gen[KL_MAX_THREADS];
+static int g_start_gen[KL_MAX_THREADS];
 
 static void* worker_main(void* arg) {
   const int ith = (int)(intptr_t)arg; /* 1-based */
   kl_pool* p = &g_pool;
-  unsigned seen = g_start_gen[ith];
+  int seen = g_start_gen[ith];
   for (;;) {
-    unsigned g;
-    int spins = 0;
-    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins < KL_SPIN_JOB) {
-      KL_PAUSE();
-      spins++;
-    }
+    int g = spin_while_equal(&p->gen, seen, KL_SPIN_JOB_NS);
     if (g == seen) {
       pthread_mutex_lock(&p->lock);
-      while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
-        pthread_cond_wait(&p->wake, &p->lock);
+      atomic_fetch_add(&p->sleepers, 1);
+      while ((g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->wake, &p->lock);
+      atomic_fetch_sub(&p->sleepers, 1);
       pthread_mutex_unlock(&p->lock);
     }
     seen = g;
-    const int nth = (int)(g & 1023u); /* a worker outside the job reads nothing else */
+    const int nth = g & 1023; /* a worker outside the job reads nothing else */
     if (ith < nth) {
       p->fn(p->ctx, ith, nth);
       atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
@@ -97,11 +123,15 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   p->fn = fn;
   p->ctx = ctx;
   atomic_store_explicit(&p->pending, nth - 1, memory_order_relaxed);
-  pthread_mutex_lock(&p->lock);
-  const unsigned seq = (atomic_load_explicit(&p->gen, memory_order_relaxed) >> 10) + 1u;
-  atomic_store_explicit(&p->gen, (seq << 10) | (unsigned)nth, memory_order_release);
-  pthread_cond_broadcast(&p->wake);
-  pthread_mutex_unlock(&p->lock);
+  /* a sleeper registers under the lock before rechecking gen, so either it
+   * sees the new gen or we see it counted and wake it */
+  const int seq = ((atomic_load(&p->gen) >> 10) + 1) & 0x1fffff;
+  atomic_store(&p->gen, (seq << 10) | nth);
+  if (atomic_load(&p->sleepers) > 0) {
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+  }
   fn(ctx, 0, nth);
   int spins = 0;
   while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
@@ -112,23 +142,44 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   return KL_OK;
 }
 
+/* Sleep while *addr == val / wake every sleeper on addr. */
+static void wait_on(atomic_int* addr, int val) {
+#ifdef __linux__
+  syscall(SYS_futex, (int*)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+#else
+  (void)addr, (void)val;
+  sched_yield();
+#endif
+}
+
+static void wake_all(atomic_int* addr) {
+#ifdef __linux__
+  syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+  (void)addr;
+#endif
+}
+
 void kl_barrier_init(kl_barrier* b, int n) {
   atomic_init(&b->count, 0);
   atomic_init(&b->phase, 0);
+  atomic_init(&b->sleepers, 0);
   b->n = n;
 }
 
 void kl_barrier_wait(kl_barrier* b) {
   if (b->n <= 1) return;
-  const int phase = atomic_load_explicit(&b->phase, memory_order_acquire);
-  if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == b->n - 1) {
-    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&b->phase, 1, memory_order_acq_rel);
+  const int phase = atomic_load(&b->phase);
+  if (atomic_fetch_add(&b->count, 1) == b->n - 1) {
+    atomic_store(&b->count, 0);
+    atomic_fetch_add(&b->phase, 1);
+    if (atomic_load(&b->sleepers) > 0) wake_all(&b->phase);
     return;
   }
-  int spins = 0;
-  while (atomic_load_explicit(&b->phase, memory_order_acquire) == phase) {
-    KL_PAUSE();
-    if (++spins % KL_SPIN_YIELD == 0) sched_yield();
-  }
+  if (spin_while_equal(&b->phase, phase, KL_SPIN_BARRIER_NS) != phase) return;
+  /* seq_cst: either the last arriver sees sleepers > 0 and wakes us, or we
+   * see the new phase before sleeping (futex also rechecks the value). */
+  atomic_fetch_add(&b->sleepers, 1);
+  while (atomic_load(&b->phase) == phase) wait_on(&b->phase, phase);
+  atomic_fetch_sub(&b->sleepers, 1);
 }
