@@ -386,6 +386,11 @@ static int row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K,
   return *ld >= K && *ld <= INT_MAX;
 }
 
+int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size) {
+  int64_t ld, gt, gb;
+  return T >= 1 && B >= 0 && row_layout(T, B, x_st, x_sb, input_size, &ld, &gt, &gb);
+}
+
 /* Input gates of every direction, in tiles dealt to all nth threads. Tiles
  * depend on the problem's shape only, never on the thread count, so neither
  * do the results. Each BLAS call repacks its A rows, so few rows

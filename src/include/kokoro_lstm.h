@@ -86,6 +86,11 @@ typedef struct kl_run_args {
 
 kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
 
+/* 1 if an input with these element strides (feature stride 1) can be read in
+ * place by kl_lstm_run, i.e. its (t, b) rows form one strided sequence with a
+ * row stride >= input_size; 0 if it must be copied first. */
+int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size);
+
 /* ---- CPU dispatch ------------------------------------------------------ */
 typedef enum kl_isa { KL_ISA_SCALAR = 0, KL_ISA_AVX2 = 1, KL_ISA_AVX512 = 2 } kl_isa;
 

@@ -258,11 +258,9 @@ static PyObject* Engine_run(EngineObject* self, PyObject* args) {
   /* The GEMM reads x rows as one strided sequence; anything else is copied. */
   Py_INCREF(x);
   const npy_intp st = PyArray_STRIDE(x, 0), sb = PyArray_STRIDE(x, 1);
-  int uniform = PyArray_ISALIGNED(x) && PyArray_STRIDE(x, 2) == esz && st % esz == 0 && sb % esz == 0 &&
-                ((T == 1 && B == 1) || (B == 1 && st >= esz * d->input_size) ||
-                 (T == 1 && sb >= esz * d->input_size) ||
-                 (st == B * sb && sb >= esz * d->input_size) ||
-                 (sb == T * st && st >= esz * d->input_size));
+  const int uniform = PyArray_ISALIGNED(x) && PyArray_STRIDE(x, 2) == esz && st % esz == 0 &&
+                      sb % esz == 0 &&
+                      kl_input_layout_ok(T, B, st / esz, sb / esz, d->input_size);
   if (!uniform) {
     PyArrayObject* copy = (PyArrayObject*)PyArray_NewCopy(x, NPY_CORDER);
     Py_DECREF(x);
