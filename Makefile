@@ -7,7 +7,8 @@
 #   make asan         the same under AddressSanitizer + UBSan (leak checking on)
 #   make debian-test  build with Debian's /usr/bin/python3 + libopenblas-dev in a
 #                     separate tree (build-c/debian) and run the core Python tests there
-#   make demo         build info and a tiny LSTM against the NumPy reference
+#   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
+#                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
 #   make clean        build outputs (keeps .venv); `make distclean` also removes .venv
 #
@@ -193,16 +194,11 @@ debian-test:
 	    $(DEB_PY) -m pytest -q -p no:cacheprovider $(DEB_TESTS)
 
 # ---- demo / bench (demo is a placeholder for the real one) -------------------------
+DEMO_ARGS ?=
 demo: venv ext
 	$(VPY) -c "import kokoro_lstm; print(kokoro_lstm.build_info())"
-	$(VPY) -c "import numpy as np, kokoro_lstm as kl; from kokoro_lstm import reference as ref; \
-	g = np.random.default_rng(0); T, B, I, H = 50, 4, 16, 64; k = H ** -0.5; \
-	x = g.standard_normal((T, B, I)).astype(np.float32); \
-	w = [g.uniform(-k, k, s).astype(np.float32) for s in ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]; \
-	y, h, c = kl.lstm_forward(x, *w); yr, hr, cr = ref.lstm_forward(x, *w); \
-	print('LSTM T=%d B=%d I=%d H=%d float32: max |y - reference| = %.3g' % (T, B, I, H, np.abs(y - yr).max()))"
+	$(VENV)/bin/kokoro-lstm demo $(DEMO_ARGS)
 
-# BENCH_ARGS, e.g. "--quick --threads 1,2" (see the script's --help)
 BENCH_ARGS ?=
 bench: venv ext
 	$(VPY) benchmarks/bench_lstm.py $(BENCH_ARGS)

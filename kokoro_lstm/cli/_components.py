@@ -1,0 +1,419 @@
+"""The Kokoro encoder components that ``kokoro-lstm port-encoder`` ports.
+
+Each component is a small ``nn.Module`` wrapper around Kokoro's own modules (from the
+``kokoro`` package when importable, else :mod:`._kokoro_modules`), with kokoro-tvm's
+function names and signatures (batch 1, static shapes)::
+
+    text_encoder_forward(tokens int64 [1,T], lengths int64 [1], mask bool [1,T])
+        -> (t_en [1,512,T],)
+    duration_forward(d_en [1,512,T], style [1,128], lengths int64 [1], mask bool [1,T])
+        -> (duration [1,T,50], d [1,T,640])
+    f0n_forward(en [1,640,F], style [1,128], frame_lengths int64 [1])
+        -> (F0 [1,2F], N [1,2F])
+    bert_forward(input_ids int64 [1,T], attention_mask int64 [1,T]) -> (d_en [1,512,T],)
+
+``mask`` is True at padding (Kokoro's convention: ``arange(T) >= length``).
+
+Semantics (``--lstm-semantics``): ``packed`` runs every LSTM on the valid prefix only
+(``pack_padded_sequence`` -> LSTM -> ``pad_packed_sequence``, as Kokoro does), with the
+lengths a runtime input, so padding to T never changes the valid outputs of
+text_encoder, duration and bert. ``padded`` replaces pack/pad by the identity
+(kokoro-tvm's old behaviour): every LSTM runs over all T steps, and the reverse
+direction reads the padding first -- wrong wherever length < T.
+
+``duration``'s predictor.lstm is packed with the text lengths (ProsodyPredictor.forward;
+KModel.forward_with_tokens calls it unpacked, which is the same at length == T).
+``f0n``'s ``shared`` LSTM is packed with ``frame_lengths`` (unpacked in Kokoro, where F
+is always exact); the AdaIN blocks after it normalize over all F frames, so f0n's
+outputs depend on the padded frames whatever the semantics: compile it at the real
+frame count for exact results.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import warnings
+
+__all__ = ["COMPONENTS", "DEFAULT_CONFIG", "UsageError", "kokoro_modules", "load_config",
+           "load_checkpoint", "build_component", "padded_packing"]
+
+COMPONENTS = ("bert", "duration", "f0n", "text_encoder")
+
+#: Kokoro-82M's config.json, without the vocabulary and the decoder's settings.
+DEFAULT_CONFIG = {
+    "dim_in": 64,
+    "dropout": 0.2,
+    "hidden_dim": 512,
+    "max_conv_dim": 512,
+    "max_dur": 50,
+    "multispeaker": True,
+    "n_layer": 3,
+    "n_mels": 80,
+    "n_token": 178,
+    "style_dim": 128,
+    "text_encoder_kernel_size": 5,
+    "plbert": {
+        "hidden_size": 768,
+        "num_attention_heads": 12,
+        "intermediate_size": 2048,
+        "max_position_embeddings": 512,
+        "num_hidden_layers": 12,
+        "dropout": 0.1,
+    },
+}
+
+#: Checkpoint entries each component reads (Kokoro's .pth: one state_dict per entry).
+CHECKPOINT_KEYS = {
+    "text_encoder": ("text_encoder",),
+    "duration": ("predictor",),
+    "f0n": ("predictor",),
+    "bert": ("bert", "bert_encoder"),
+}
+
+# Buffers older transformers saved that current ones rebuild (not parameters).
+_IGNORABLE_UNEXPECTED = ("embeddings.position_ids",)
+
+
+class UsageError(Exception):
+    """A bad flag, path or file: the CLI prints one line and exits 2."""
+
+
+# ----------------------------------------------------------------------------------
+# Modules, config, checkpoint
+# ----------------------------------------------------------------------------------
+def kokoro_modules():
+    """(module with Kokoro's classes, description). The real ``kokoro.modules`` when
+    importable and ``KOKORO_LSTM_FORCE_OWN_MODULES`` is not set, else this package's
+    copies."""
+    force = os.environ.get("KOKORO_LSTM_FORCE_OWN_MODULES", "").strip().lower()
+    if force in ("", "0", "false", "no"):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import kokoro.modules as km
+            try:
+                from importlib.metadata import version
+
+                desc = f"kokoro {version('kokoro')}"
+            except Exception:  # noqa: BLE001
+                desc = "kokoro"
+            return km, desc
+        except Exception:  # noqa: BLE001 - any failure: fall back to our copies
+            pass
+    from . import _kokoro_modules
+
+    return _kokoro_modules, "kokoro_lstm.cli._kokoro_modules"
+
+
+def load_config(path=None) -> dict:
+    """Kokoro-82M's defaults, updated from a config.json when given."""
+    cfg = json.loads(json.dumps(DEFAULT_CONFIG))
+    if path is None:
+        return cfg
+    if not os.path.isfile(path):
+        raise UsageError(f"config file not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            user = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read config {path}: {e}") from None
+    if not isinstance(user, dict):
+        raise UsageError(f"config {path} is not a JSON object")
+    plbert = dict(cfg["plbert"], **(user.get("plbert") or {}))
+    cfg.update(user)
+    cfg["plbert"] = plbert
+    for k in ("hidden_dim", "style_dim", "n_layer", "max_dur", "n_token",
+              "text_encoder_kernel_size"):
+        if not isinstance(cfg.get(k), int) or cfg[k] < 1:
+            raise UsageError(f"config {path}: '{k}' must be a positive integer, got {cfg.get(k)!r}")
+    return cfg
+
+
+def load_checkpoint(path) -> dict:
+    """A Kokoro .pth: {'bert': sd, 'bert_encoder': sd, 'predictor': sd, ...}."""
+    import torch
+
+    if not os.path.isfile(path):
+        raise UsageError(f"checkpoint file not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"cannot read checkpoint {path}: {msg}") from None
+    if not isinstance(ckpt, dict) or not all(isinstance(v, dict) for v in ckpt.values()):
+        raise UsageError(f"checkpoint {path} is not a Kokoro .pth (a dict of per-component "
+                         "state dicts: 'bert', 'bert_encoder', 'predictor', 'text_encoder', "
+                         "'decoder')")
+    return ckpt
+
+
+def default_checkpoint():
+    """Kokoro-82M's kokoro-v1_0.pth from the Hugging Face cache, or downloaded (what
+    kokoro-tvm does without --no-weights). UsageError when unavailable."""
+    hint = "pass --checkpoint PATH (a Kokoro .pth) or --no-weights (random weights)"
+    try:
+        # imported before the log level is set below: huggingface_hub configures its
+        # logger when its submodules are first imported
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    except ImportError:
+        raise UsageError(f"no weights given and huggingface_hub is not installed: {hint}") from None
+    import logging
+
+    repo, fname = "hexgrad/Kokoro-82M", "kokoro-v1_0.pth"
+    log = logging.getLogger("huggingface_hub")
+    level = log.level
+    log.setLevel(logging.ERROR)  # no retry chatter
+    try:
+        cached = try_to_load_from_cache(repo, fname)
+        if isinstance(cached, str) and os.path.isfile(cached):
+            return cached
+        return hf_hub_download(repo_id=repo, filename=fname)
+    except Exception as e:  # noqa: BLE001 - offline, no such repo, ...
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"no weights given and {repo}/{fname} could not be fetched "
+                         f"({msg}): {hint}") from None
+    finally:
+        log.setLevel(level)
+
+
+def _strip_prefix(sd):
+    return {(k[7:] if k.startswith("module.") else k): v for k, v in sd.items()}
+
+
+def _load_strict(module, sd, entry):
+    """load_state_dict(strict) after dropping a `module.` prefix; UsageError listing
+    the missing / unexpected keys."""
+    sd = _strip_prefix(sd)
+    want = module.state_dict()
+    missing = [k for k in want if k not in sd]
+    unexpected = [k for k in sd if k not in want and k not in _IGNORABLE_UNEXPECTED]
+    bad_shape = [f"{k} {tuple(sd[k].shape)} != {tuple(want[k].shape)}" for k in want
+                 if k in sd and hasattr(sd[k], "shape") and tuple(sd[k].shape) != tuple(want[k].shape)]
+
+    def few(keys):
+        return ", ".join(keys[:6]) + (f", ... ({len(keys)} in all)" if len(keys) > 6 else "")
+
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing key(s): {few(missing)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected key(s): {few(unexpected)}")
+    if bad_shape:
+        problems.append(f"{len(bad_shape)} shape mismatch(es): {few(bad_shape)}")
+    if problems:
+        raise UsageError(f"checkpoint entry '{entry}' does not match the model: "
+                         + "; ".join(problems))
+    module.load_state_dict({k: v for k, v in sd.items() if k in want}, strict=True)
+
+
+def _entry(ckpt, key):
+    if key not in ckpt:
+        raise UsageError(f"checkpoint has no '{key}' entry (it has: {', '.join(sorted(ckpt))})")
+    return ckpt[key]
+
+
+@contextlib.contextmanager
+def padded_packing():
+    """``--lstm-semantics padded``: pack_padded_sequence / pad_packed_sequence become
+    the identity (kokoro-tvm's old export patch), so every LSTM runs over all T steps."""
+    import torch.nn.utils.rnn as rnn
+
+    orig = rnn.pack_padded_sequence, rnn.pad_packed_sequence
+
+    def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):  # noqa: A002
+        return input
+
+    def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
+        return sequence, None
+
+    rnn.pack_padded_sequence, rnn.pad_packed_sequence = pack_padded_sequence, pad_packed_sequence
+    try:
+        yield
+    finally:
+        rnn.pack_padded_sequence, rnn.pad_packed_sequence = orig
+
+
+# ----------------------------------------------------------------------------------
+# The components
+# ----------------------------------------------------------------------------------
+def _wrappers():
+    import torch
+    from torch import nn
+
+    class TextEncoderPart(nn.Module):
+        function = "text_encoder_forward"
+        input_names = ("tokens", "lengths", "mask")
+        output_names = ("t_en",)
+        length_input = "seq_len"
+
+        def __init__(self, text_encoder):
+            super().__init__()
+            self.text_encoder = text_encoder
+
+        def forward(self, tokens, lengths, mask):
+            return (self.text_encoder(tokens, lengths, mask),)
+
+    class DurationPart(nn.Module):
+        """DurationEncoder -> predictor.lstm (packed) -> duration_proj: kokoro-tvm's
+        create_duration_module, returning (duration logits, d)."""
+
+        function = "duration_forward"
+        input_names = ("d_en", "style", "lengths", "mask")
+        output_names = ("duration", "d")
+        length_input = "seq_len"
+
+        def __init__(self, predictor):
+            super().__init__()
+            self.text_encoder = predictor.text_encoder
+            self.lstm = predictor.lstm
+            self.duration_proj = predictor.duration_proj
+
+        def forward(self, d_en, style, lengths, mask):
+            d = self.text_encoder(d_en, style, lengths, mask)  # [1, T, 640]
+            T = d.shape[1]
+            x = nn.utils.rnn.pack_padded_sequence(d, lengths, batch_first=True,
+                                                  enforce_sorted=False)
+            x, _ = self.lstm(x)
+            x, _ = nn.utils.rnn.pad_packed_sequence(x, batch_first=True, total_length=T)
+            duration = self.duration_proj(x)
+            return duration.squeeze(-1), d
+
+    class F0NPart(nn.Module):
+        """ProsodyPredictor.F0Ntrain(en, style), with the shared LSTM packed on
+        frame_lengths."""
+
+        function = "f0n_forward"
+        input_names = ("en", "style", "frame_lengths")
+        output_names = ("F0", "N")
+        length_input = "aligned_len"
+
+        def __init__(self, predictor):
+            super().__init__()
+            self.shared = predictor.shared
+            self.F0 = predictor.F0
+            self.N = predictor.N
+            self.F0_proj = predictor.F0_proj
+            self.N_proj = predictor.N_proj
+
+        def forward(self, en, style, frame_lengths):
+            x = en.transpose(-1, -2)
+            F = x.shape[1]
+            x = nn.utils.rnn.pack_padded_sequence(x, frame_lengths, batch_first=True,
+                                                  enforce_sorted=False)
+            x, _ = self.shared(x)
+            x, _ = nn.utils.rnn.pad_packed_sequence(x, batch_first=True, total_length=F)
+            F0 = x.transpose(-1, -2)
+            for block in self.F0:
+                F0 = block(F0, style)
+            F0 = self.F0_proj(F0)
+            N = x.transpose(-1, -2)
+            for block in self.N:
+                N = block(N, style)
+            N = self.N_proj(N)
+            return F0.squeeze(1), N.squeeze(1)
+
+    class BertPart(nn.Module):
+        """CustomAlbert + bert_encoder, transposed: d_en [1, 512, T]."""
+
+        function = "bert_forward"
+        input_names = ("input_ids", "attention_mask")
+        output_names = ("d_en",)
+        length_input = "seq_len"
+
+        def __init__(self, bert, bert_encoder):
+            super().__init__()
+            self.bert = bert
+            self.bert_encoder = bert_encoder
+
+        def forward(self, input_ids, attention_mask):
+            bert_dur = self.bert(input_ids, attention_mask=attention_mask)
+            return (self.bert_encoder(bert_dur).transpose(-1, -2),)
+
+    return {"text_encoder": TextEncoderPart, "duration": DurationPart, "f0n": F0NPart,
+            "bert": BertPart}, torch
+
+
+def build_component(name, cfg, km, ckpt=None, seed=0):
+    """The component's nn.Module (eval, no grad), random init (seeded) or loaded
+    strictly from ``ckpt`` (a Kokoro .pth dict)."""
+    classes, torch = _wrappers()
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # weight_norm deprecation, LSTM dropout with 1 layer
+        if name == "text_encoder":
+            te = km.TextEncoder(channels=cfg["hidden_dim"],
+                                kernel_size=cfg["text_encoder_kernel_size"],
+                                depth=cfg["n_layer"], n_symbols=cfg["n_token"])
+            if ckpt is not None:
+                _load_strict(te, _entry(ckpt, "text_encoder"), "text_encoder")
+            model = classes[name](te)
+        elif name in ("duration", "f0n"):
+            pred = km.ProsodyPredictor(style_dim=cfg["style_dim"], d_hid=cfg["hidden_dim"],
+                                       nlayers=cfg["n_layer"], max_dur=cfg["max_dur"],
+                                       dropout=cfg["dropout"])
+            if ckpt is not None:
+                _load_strict(pred, _entry(ckpt, "predictor"), "predictor")
+            model = classes[name](pred)
+        elif name == "bert":
+            try:
+                from transformers import AlbertConfig
+            except ImportError as e:
+                raise UsageError(f"component 'bert' needs transformers ({e})") from None
+            bert = km.CustomAlbert(AlbertConfig(vocab_size=cfg["n_token"], **cfg["plbert"]))
+            enc = torch.nn.Linear(bert.config.hidden_size, cfg["hidden_dim"])
+            if ckpt is not None:
+                _load_strict(bert, _entry(ckpt, "bert"), "bert")
+                _load_strict(enc, _entry(ckpt, "bert_encoder"), "bert_encoder")
+            model = classes[name](bert, enc)
+        else:
+            raise UsageError(f"unknown component {name!r}")
+    model.eval().requires_grad_(False)
+    return model
+
+
+def example_inputs(name, cfg, T, length, gen):
+    """Inputs of component ``name`` at static length T with ``length`` valid steps
+    (random values everywhere, padding included; ``gen`` a torch.Generator)."""
+    import torch
+
+    ln = torch.tensor([length], dtype=torch.int64)
+    valid = torch.arange(T)[None, :] < length
+    if name == "text_encoder":
+        return (torch.randint(0, cfg["n_token"], (1, T), generator=gen), ln, ~valid)
+    if name == "duration":
+        return (torch.randn(1, cfg["hidden_dim"], T, generator=gen),
+                torch.randn(1, cfg["style_dim"], generator=gen), ln, ~valid)
+    if name == "f0n":
+        return (torch.randn(1, cfg["hidden_dim"] + cfg["style_dim"], T, generator=gen),
+                torch.randn(1, cfg["style_dim"], generator=gen), ln)
+    if name == "bert":
+        return (torch.randint(0, cfg["n_token"], (1, T), generator=gen), valid.to(torch.int64))
+    raise UsageError(f"unknown component {name!r}")
+
+
+def truncate_inputs(name, inputs, length):
+    """The same inputs without the padding (static length = ``length``)."""
+    if name == "text_encoder":
+        tok, ln, mask = inputs
+        return (tok[:, :length], ln, mask[:, :length])
+    if name == "duration":
+        d_en, style, ln, mask = inputs
+        return (d_en[..., :length], style, ln, mask[:, :length])
+    if name == "f0n":
+        en, style, ln = inputs
+        return (en[..., :length], style, ln)
+    if name == "bert":
+        ids, am = inputs
+        return (ids[:, :length], am[:, :length])
+    raise UsageError(f"unknown component {name!r}")
+
+
+def valid_region(name, output_index, array, length):
+    """The part of an output that belongs to the first ``length`` steps (None where
+    the output has no such part: f0n, whose AdaIN norms see every frame)."""
+    if name in ("text_encoder", "bert"):
+        return array[..., :length]
+    if name == "duration":
+        return array[:, :length]
+    return None

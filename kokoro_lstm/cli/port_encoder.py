@@ -1,0 +1,737 @@
+"""``kokoro-lstm port-encoder``: compile Kokoro's encoder components with Apache TVM.
+
+A drop-in for kokoro-tvm's ``port_encoder.py`` (same flags, same output files and
+function names), with ``--lstm-method native`` (the kokoro_lstm C engine) and packed
+LSTM semantics by default::
+
+    kokoro-lstm port-encoder --component text_encoder --seq-len 64 --no-weights --validate
+    python -m kokoro_lstm.cli.port_encoder --component all --checkpoint kokoro-v1_0.pth
+
+Per component, in ``--output-dir``: ``{component}_compiled.so`` (``export_library``;
+load with ``tvm.runtime.load_module`` and run ``relax.VirtualMachine(lib, tvm.cpu())
+["{component}_forward"]``; a ``native`` module needs ``import kokoro_lstm`` in that
+process), ``{component}_ir.py`` (the Relax module's TVMScript) and
+``{component}_report.json``. Components, signatures and semantics: see
+:mod:`kokoro_lstm.cli._components`.
+
+Exit status: 0 success, 1 validation above tolerance (or a failed step), 2 bad
+flags, paths or files (one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
+
+__all__ = ["build_parser", "main", "run", "port", "format_table"]
+
+PROG = "kokoro-lstm port-encoder"
+LSTM_METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
+DEFAULT_TOL = 1e-4
+
+# TVM's C++ log lines repeated hundreds of times per build (harmless here).
+_NOISE = ("Warning: Fast mode segfaults when there are out-of-bounds indices",
+          "Warning: Detected pow(x, y) where y >= 3")
+
+
+# ----------------------------------------------------------------------------------
+# Arguments
+# ----------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2), as for every other usage error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--component", required=True, choices=COMPONENTS + ("all",),
+                   help="component to compile (all: bert, duration, f0n, text_encoder)")
+    p.add_argument("--seq-len", type=int, default=512,
+                   help="static text length T (tokens) of bert, duration, text_encoder")
+    p.add_argument("--aligned-len", type=int, default=512,
+                   help="static aligned (frame) length F of f0n")
+    p.add_argument("--target", default="llvm",
+                   help='TVM target: llvm or an llvm variant such as "llvm -mcpu=znver4" '
+                        "(metal-macos / metal-ios need macOS with Metal)")
+    p.add_argument("--lstm-method", default="auto", choices=LSTM_METHODS,
+                   help="LSTM lowering (kokoro_lstm.tvm): auto (native on CPU), native (the "
+                        "kokoro_lstm C engine), tir (while-loop TIR), relax / topi (unrolled), "
+                        "mps (macOS only)")
+    p.add_argument("--lstm-semantics", default="packed", choices=("packed", "padded"),
+                   help="packed (default): LSTMs honour the runtime lengths, so padding to "
+                        "--seq-len never changes the numbers; padded: pack/pad replaced by "
+                        "identity (kokoro-tvm's old behaviour; wrong for the reverse direction "
+                        "whenever length < T)")
+    p.add_argument("--validate", action="store_true",
+                   help="run the compiled module against PyTorch eager on random inputs; "
+                        "exit 1 above --tolerance")
+    p.add_argument("--no-weights", action="store_true",
+                   help="random weights (no checkpoint)")
+    p.add_argument("--output-dir", default="tvm_output", help="output directory")
+    p.add_argument("--checkpoint", metavar="PATH",
+                   help="a local Kokoro .pth (dict of per-component state dicts)")
+    p.add_argument("--config", metavar="PATH",
+                   help="Kokoro config.json (default: Kokoro-82M's, built in)")
+    p.add_argument("--num-threads", type=int, metavar="N",
+                   help="threads for TVM, the kokoro_lstm engine and PyTorch")
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOL,
+                   help=f"--validate's bound on max|tvm - torch| / max(1, max|torch|) "
+                        f"(default {DEFAULT_TOL:g})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show TVM's and PyTorch's warnings")
+    return p
+
+
+def build_parser(prog=PROG) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description=__doc__.split("\n\n")[0].replace("``", ""))
+    return add_arguments(p)
+
+
+_LIST_ATTRS = ("mattr", "keys", "libs", "cl-opt")
+
+
+def parse_target(target) -> dict:
+    """An llvm target as TVM's dict form. Accepts "llvm", the old string form
+    ("llvm -mcpu=znver4 -mattr=+avx2,+fma -num-cores=4", which TVM >= 0.22 no longer
+    parses itself) and JSON ('{"kind": "llvm", "mcpu": "znver4"}'); UsageError for
+    anything else (metal-macos / metal-ios: macOS only)."""
+    import shlex
+
+    s = (target or "").strip()
+    if s.startswith("{"):
+        try:
+            spec = json.loads(s)
+        except ValueError as e:
+            raise UsageError(f"invalid target {target!r}: {e}") from None
+        if not isinstance(spec, dict):
+            raise UsageError(f"invalid target {target!r}: not a JSON object")
+        kind = str(spec.get("kind", ""))
+    else:
+        try:
+            tokens = shlex.split(s)
+        except ValueError as e:
+            raise UsageError(f"invalid target {target!r}: {e}") from None
+        kind = tokens[0] if tokens else ""
+        spec = {"kind": kind}
+        i = 1
+        while i < len(tokens):
+            tok = tokens[i]
+            if not tok.startswith("-") or tok.strip("-") == "":
+                raise UsageError(f"invalid target {target!r}: expected -key=value, got {tok!r}")
+            key, eq, value = tok.lstrip("-").partition("=")
+            if not eq:
+                if i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                    value = tokens[i + 1]
+                    i += 1
+                else:
+                    value = "true"
+            i += 1
+            if key in _LIST_ATTRS:
+                spec[key] = [v for v in value.split(",") if v]
+            elif value.isdigit():
+                spec[key] = int(value)
+            elif value.lower() in ("true", "false"):
+                spec[key] = value.lower() == "true"
+            else:
+                spec[key] = value
+    if kind in ("metal-macos", "metal-ios", "metal"):
+        where = "this platform" if sys.platform != "darwin" else "kokoro-lstm"
+        raise UsageError(f"target '{kind}' needs macOS with Metal, which {where} does not "
+                         "support; use --target llvm (kokoro-tvm's port_encoder.py for Metal)")
+    if kind != "llvm":
+        raise UsageError(f"unsupported target kind '{kind or target}': use llvm or an llvm "
+                         "variant such as \"llvm -mcpu=znver4\"")
+    return spec
+
+
+def _check_target(target):
+    """(target dict, its canonical JSON) or UsageError."""
+    spec = parse_target(target)
+    try:
+        import tvm
+
+        with _quiet(False):
+            canonical = str(tvm.target.Target(spec))
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise UsageError(f"invalid target {target!r}: {msg}") from None
+    return spec, canonical
+
+
+def _check_args(args):
+    if args.seq_len < 1:
+        raise UsageError(f"--seq-len must be positive, got {args.seq_len}")
+    if args.aligned_len < 1:
+        raise UsageError(f"--aligned-len must be positive, got {args.aligned_len}")
+    if args.num_threads is not None and args.num_threads < 1:
+        raise UsageError(f"--num-threads must be positive, got {args.num_threads}")
+    if not args.tolerance > 0:
+        raise UsageError(f"--tolerance must be positive, got {args.tolerance}")
+    if args.checkpoint and args.no_weights:
+        raise UsageError("--checkpoint and --no-weights exclude each other")
+    if args.checkpoint and not os.path.isfile(args.checkpoint):
+        raise UsageError(f"checkpoint file not found: {args.checkpoint}")
+    if args.config and not os.path.isfile(args.config):
+        raise UsageError(f"config file not found: {args.config}")
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise UsageError(f"--output-dir {args.output_dir} exists and is not a directory")
+
+
+# ----------------------------------------------------------------------------------
+# Progress and noise
+# ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _quiet(verbose):
+    """Silence Python warnings and capture fd 2 (TVM's C++ log); replay what is not
+    known noise afterwards. Nothing is hidden with verbose=True."""
+    if verbose:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):  # no real fd 2
+            yield
+            return
+        with tempfile.TemporaryFile(mode="w+b") as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield
+            finally:
+                try:
+                    sys.stderr.flush()
+                except Exception:  # noqa: BLE001
+                    pass
+                os.dup2(saved, 2)
+                os.close(saved)
+                tmp.seek(0)
+                text = tmp.read().decode("utf-8", "replace")
+                lines = [ln for ln in text.splitlines()
+                         if ln.strip() and not any(n in ln for n in _NOISE)]
+                if lines:
+                    sys.stderr.write("\n".join(lines) + "\n")
+                    sys.stderr.flush()
+
+
+class _Progress:
+    """One stderr line per long step: "[component] step ... 2.1 s"."""
+
+    def __init__(self, verbose=False, stream=None):
+        self.verbose = verbose
+        self.stream = stream
+
+    def _out(self):
+        return self.stream or sys.stderr
+
+    def note(self, tag, text):
+        self._out().write(f"[{tag}] {text}\n")
+        self._out().flush()
+
+    @contextlib.contextmanager
+    def step(self, tag, name, times=None, key=None):
+        out = self._out()
+        out.write(f"[{tag}] {name} ...")
+        out.flush()
+        t0 = time.perf_counter()
+        ok = False
+        try:
+            with _quiet(self.verbose):
+                yield
+            ok = True
+        finally:
+            dt = time.perf_counter() - t0
+            out.write(f" {dt:.1f} s\n" if ok else f" failed after {dt:.1f} s\n")
+            out.flush()
+            if times is not None:
+                times[key or name] = round(dt, 3)
+
+
+# ----------------------------------------------------------------------------------
+# Pieces
+# ----------------------------------------------------------------------------------
+def _rename_main(mod, name):
+    import tvm
+
+    funcs = {}
+    for gv, func in mod.functions.items():
+        if gv.name_hint == "main":
+            funcs[tvm.ir.GlobalVar(name)] = func.with_attr("global_symbol", name)
+        else:
+            funcs[gv] = func
+    return tvm.IRModule(funcs, attrs=mod.attrs)
+
+
+def _lstm_op_counts(ep):
+    counts = {}
+    for n in ep.graph.nodes:
+        t = str(n.target)
+        if n.op == "call_function" and "lstm" in t:
+            counts[t] = counts.get(t, 0) + 1
+    return counts
+
+
+def _to_tvm(arrays):
+    import tvm
+
+    return [tvm.runtime.tensor(a) for a in arrays]
+
+
+def _as_list(res):
+    try:
+        return [r.numpy() for r in res]
+    except TypeError:
+        return [res.numpy()]
+
+
+def _time_ms(fn, min_runs=3, max_runs=30, budget_s=0.5, warm_s=None):
+    """Median wall time of fn() in ms, after one warm-up call (``warm_s``: fn was just
+    called, taking that long; no warm-up then). A single timed call when one call
+    exceeds the budget."""
+    if warm_s is None:
+        t0 = time.perf_counter()
+        fn()
+        warm_s = time.perf_counter() - t0
+    if warm_s > budget_s:
+        t0 = time.perf_counter()
+        fn()
+        return round((time.perf_counter() - t0) * 1e3, 4)
+    times = []
+    t_end = time.perf_counter() + budget_s
+    while len(times) < min_runs or (len(times) < max_runs and time.perf_counter() < t_end):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return round(times[len(times) // 2], 4)
+
+
+def _err(got, want):
+    import numpy as np
+
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return float("inf"), float("inf")
+    if not want.size:
+        return 0.0, 0.0
+    e = float(np.abs(got - want).max())
+    return e, e / max(1.0, float(np.abs(want).max()))
+
+
+def _spec(names, arrays):
+    return [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)}
+            for n, a in zip(names, arrays)]
+
+
+# ----------------------------------------------------------------------------------
+# The pipeline
+# ----------------------------------------------------------------------------------
+class _Component:
+    """One component's model, exported program and PyTorch references (shared by every
+    method it is lowered with)."""
+
+    def __init__(self, name, opts, km, ckpt, progress):
+        import torch
+
+        import kokoro_lstm.torch_ops as ko
+
+        from . import _components as C
+
+        self.name, self.opts, self.progress = name, opts, progress
+        self.cfg = opts["cfg"]
+        self.T = opts["aligned_len"] if name == "f0n" else opts["seq_len"]
+        self.times = {}
+        packed = opts["semantics"] == "packed"
+        self._ctx = (contextlib.nullcontext if packed else C.padded_packing)
+        with progress.step(name, "build model", self.times, "build_model_s"):
+            self.model = C.build_component(name, self.cfg, km, ckpt, seed=opts["seed"])
+        m = self.model
+        gen = torch.Generator().manual_seed(opts["seed"] + 1)
+        T = self.T
+        example = C.example_inputs(name, self.cfg, T, T, gen)
+        with progress.step(name, "export", self.times, "export_s"):
+            ko.patch_lstm_modules(m)
+            try:
+                with (ko.exportable_packing() if packed else C.padded_packing()):
+                    self.ep = torch.export.export(m, example)
+            finally:
+                ko.unpatch_lstm_modules(m)
+            self.lstm_ops = _lstm_op_counts(self.ep.run_decompositions())
+        # validation / timing inputs: full length, and a shorter random length
+        short = int(torch.randint(max(1, T // 4), T, (1,), generator=gen)) if T > 1 else 1
+        self.lengths = [T] + ([short] if short < T else [])
+        self.inputs = [C.example_inputs(name, self.cfg, T, L, gen) for L in self.lengths]
+        self.input_names = type(m).input_names
+        self.output_names = type(m).output_names
+        self.function = type(m).function
+        self.C = C
+        self._ref = None
+        self._torch_ms = None
+        with progress.step(name, "time PyTorch eager", self.times, "torch_time_s"):
+            self.torch_ms()
+
+    def eager(self, args):
+        import torch
+
+        with torch.no_grad(), self._ctx():
+            return [t.numpy() for t in self.model(*args)]
+
+    def references(self):
+        """PyTorch eager (unpatched) on every input set, and on the unpadded short input."""
+        if self._ref is None:
+            ref = [self.eager(a) for a in self.inputs]
+            unpadded = None
+            if len(self.lengths) > 1:
+                L = self.lengths[1]
+                unpadded = self.eager(self.C.truncate_inputs(self.name, self.inputs[1], L))
+            self._ref = (ref, unpadded)
+        return self._ref
+
+    def torch_ms(self):
+        """PyTorch eager (unpatched) median ms on the full-length input; measured once,
+        before any compiled module runs (TVM's spinning worker threads would slow it)."""
+        import torch
+
+        if self._torch_ms is None:
+            args = self.inputs[0]
+            with torch.no_grad(), self._ctx():
+                self._torch_ms = _time_ms(lambda: self.model(*args))
+        return self._torch_ms
+
+
+def _port_method(comp, method, out_dir, opts, progress):
+    """Lower, build, export, validate and time one component with one method."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    import kokoro_lstm.tvm as kt
+
+    name, target = comp.name, opts["target"]
+    tag = name if not opts.get("multi") else f"{name}/{method}"
+    times = {}
+    resolved = kt.select_method(target, method)
+    with progress.step(tag, f"lower ({resolved})", times, "lower_s"):
+        mod = kt.from_exported_program(comp.ep, lstm_method=resolved, target=target,
+                                       unwrap_unit_return_tuple=False)
+        mod = _rename_main(mod, comp.function)
+    script = mod.script(show_meta=False)
+    ir = kt.ir_size(mod)
+    os.makedirs(out_dir, exist_ok=True)
+    files = {"ir": os.path.join(out_dir, f"{name}_ir.py"),
+             "library": os.path.join(out_dir, f"{name}_compiled.so"),
+             "report": os.path.join(out_dir, f"{name}_report.json")}
+    with open(files["ir"], "w", encoding="utf-8") as f:
+        f.write(script)
+    with progress.step(tag, "build", times, "build_s"):
+        ex = tvm.compile(mod, target=tvm.target.Target(target))
+        ex.export_library(files["library"])
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    fn = vm[comp.function]
+    # outputs: every input set when validating, else the full-length one (for shapes)
+    used = comp.inputs if opts["validate"] else comp.inputs[:1]
+    tvm_inputs = [_to_tvm([a.numpy() for a in args]) for args in used]
+    with progress.step(tag, "run", times, "run_s"):
+        t0 = time.perf_counter()
+        outputs = [_as_list(fn(*tvm_inputs[0]))]
+        first_s = time.perf_counter() - t0  # a cold call: the warm-up of the timing below
+        outputs += [_as_list(fn(*ti)) for ti in tvm_inputs[1:]]
+
+    report = {
+        "component": name,
+        "function": comp.function,
+        "inputs": _spec(comp.input_names, [a.numpy() for a in comp.inputs[0]]),
+        "outputs": _spec(comp.output_names, outputs[0]),
+        "lstm_method_requested": method,
+        "lstm_method": resolved,
+        "lstm_semantics": opts["semantics"],
+        "target": opts["target_arg"],
+        "target_tvm": opts["target_json"],
+        "seq_len": opts["seq_len"], "aligned_len": opts["aligned_len"],
+        "static_length": comp.T,
+        "weights": opts["weights"],
+        "modules": opts["modules"],
+        "lstm_ops_in_export": comp.lstm_ops,
+        "ir_lines": ir["lines"], "ir_chars": ir["chars"],
+        "compile_s": round(times["lower_s"] + times["build_s"], 3),
+        "times_s": dict(comp.times, **times),
+        "runtime_ms": None,
+        "torch_eager_ms": None,
+        "num_threads": opts["num_threads"],
+        "validation": None,
+        "files": {k: os.path.abspath(v) for k, v in files.items()},
+        "versions": _versions(),
+    }
+    with progress.step(tag, "time", times, "time_s"):
+        report["runtime_ms"] = _time_ms(lambda: fn(*tvm_inputs[0]), warm_s=first_s)
+        report["torch_eager_ms"] = comp.torch_ms()
+
+    if opts["validate"]:
+        with progress.step(tag, "validate", times, "validate_s"):
+            ref, unpadded = comp.references()
+        tol = opts["tolerance"]
+        per_output = {}
+        worst = 0.0
+        for k, oname in enumerate(comp.output_names):
+            abs_e = rel_e = 0.0
+            for got, want in zip(outputs, ref):
+                a, r = _err(got[k], want[k])
+                abs_e, rel_e = max(abs_e, a), max(rel_e, r)
+            per_output[oname] = {"max_abs_err": abs_e, "scaled_err": rel_e}
+            worst = max(worst, rel_e)
+            progress.note(tag, f"validate {oname} {list(outputs[0][k].shape)}: max abs err "
+                               f"{abs_e:.3g}" + ("" if rel_e == abs_e else f" (scaled {rel_e:.3g})"))
+        pad_err = None
+        if unpadded is not None:
+            L = comp.lengths[1]
+            errs = []
+            for k in range(len(comp.output_names)):
+                g = comp.C.valid_region(name, k, outputs[1][k], L)
+                w = comp.C.valid_region(name, k, unpadded[k], L)
+                if g is not None:
+                    errs.append(_err(g, w)[0])
+            pad_err = max(errs) if errs else None
+        passed = bool(worst <= tol and np.isfinite(worst))
+        report["validation"] = {
+            "reference": "PyTorch eager, unpatched nn.LSTM, same semantics",
+            "lengths": comp.lengths, "tolerance": tol, "outputs": per_output,
+            "max_err": worst, "passed": passed,
+            "padding_error": pad_err,
+            "padding_error_note": (
+                f"max|compiled(T={comp.T}, length={comp.lengths[1]}) - eager(unpadded, "
+                f"T={comp.lengths[1]})| over the valid steps" if pad_err is not None else
+                "not applicable (f0n's AdaIN norms see every frame; bert/text/duration only)"
+                if len(comp.lengths) > 1 else "T == 1"),
+        }
+        if not passed:
+            progress.note(tag, f"validation FAILED: max err {worst:.3g} > tolerance {tol:g}")
+    report["times_s"] = dict(comp.times, **times)
+    with open(files["report"], "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, default=str)
+        f.write("\n")
+    return report
+
+
+def _versions():
+    import torch
+    import tvm
+
+    import kokoro_lstm
+
+    return {"kokoro_lstm": kokoro_lstm.__version__, "torch": torch.__version__,
+            "tvm": getattr(tvm, "__version__", "?")}
+
+
+def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
+         semantics="packed", validate=False, checkpoint=None, no_weights=False,
+         config=None, output_dir="tvm_output", num_threads=None, tolerance=DEFAULT_TOL,
+         seed=0, verbose=False, progress=None, method_subdirs=None):
+    """Port ``components`` with each of ``methods``; returns the list of reports (one
+    per component and method, in that order). Raises UsageError for bad inputs.
+
+    With several methods (or ``method_subdirs=True``), each method writes into
+    ``output_dir/<method>/``; otherwise into ``output_dir``.
+    """
+    progress = progress or _Progress(verbose)
+    with _threads(num_threads):
+        return _port(components, methods, seq_len=seq_len, aligned_len=aligned_len,
+                     target=target, semantics=semantics, validate=validate,
+                     checkpoint=checkpoint, no_weights=no_weights, config=config,
+                     output_dir=output_dir, num_threads=num_threads, tolerance=tolerance,
+                     seed=seed, progress=progress, method_subdirs=method_subdirs)
+
+
+_THREAD_VARS = ("TVM_NUM_THREADS", "KOKORO_LSTM_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _threads(n):
+    """--num-threads for TVM's thread pool, the kokoro_lstm engine and PyTorch; the
+    previous settings come back afterwards."""
+    if not n:
+        yield
+        return
+    saved_env = {v: os.environ.get(v) for v in _THREAD_VARS}
+    for v in _THREAD_VARS:
+        os.environ[v] = str(n)
+    import torch
+
+    saved_torch = torch.get_num_threads()
+    torch.set_num_threads(n)
+    config = None
+    try:
+        import tvm
+
+        config = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
+        if config is not None:
+            config(0, n)
+    except Exception:  # noqa: BLE001 - best effort: the env var applies to new pools
+        config = None
+    try:
+        yield
+    finally:
+        for v, val in saved_env.items():
+            if val is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = val
+        torch.set_num_threads(saved_torch)
+        if config is not None:
+            try:
+                config(0, int(saved_env["TVM_NUM_THREADS"] or 0))
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
+          checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
+          progress, method_subdirs):
+    from . import _components as C
+
+    target_arg = target
+    target, target_json = _check_target(target)
+    import kokoro_lstm.tvm as kt
+
+    for m in methods:
+        if m not in LSTM_METHODS:
+            raise UsageError(f"unknown --lstm-method {m!r} (choose from {', '.join(LSTM_METHODS)})")
+        try:
+            kt.select_method(target, m)
+        except (ValueError, NotImplementedError, RuntimeError) as e:
+            raise UsageError(str(e).splitlines()[0]) from None
+    cfg = C.load_config(config)
+    for name in components:
+        if name not in COMPONENTS:
+            raise UsageError(f"unknown component {name!r}")
+        if name == "bert" and seq_len > cfg["plbert"]["max_position_embeddings"]:
+            raise UsageError(f"--seq-len {seq_len} exceeds bert's max_position_embeddings "
+                             f"({cfg['plbert']['max_position_embeddings']})")
+    ckpt = None
+    weights = "random (--no-weights)"
+    if checkpoint is None and not no_weights:
+        progress.note("weights", "no --checkpoint: fetching hexgrad/Kokoro-82M kokoro-v1_0.pth "
+                                 "(Hugging Face cache or download; --no-weights for random)")
+        checkpoint = C.default_checkpoint()
+    if checkpoint is not None:
+        ckpt = C.load_checkpoint(checkpoint)
+        for name in components:
+            for key in CHECKPOINT_KEYS[name]:
+                C._entry(ckpt, key)
+        weights = os.path.abspath(checkpoint)
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror or e}") from None
+    km, modules = C.kokoro_modules()
+    multi = len(methods) > 1 if method_subdirs is None else method_subdirs
+    opts = {"cfg": cfg, "seq_len": seq_len, "aligned_len": aligned_len, "target": target,
+            "target_arg": target_arg, "target_json": target_json,
+            "semantics": semantics, "validate": validate, "tolerance": tolerance,
+            "seed": seed, "weights": weights, "modules": modules,
+            "num_threads": num_threads, "multi": multi}
+    if semantics == "padded":
+        progress.note("semantics", "padded: pack/pad replaced by identity -- LSTMs run over "
+                                   "the padding (the reverse direction reads it first); "
+                                   "results differ from Kokoro whenever length < static length")
+    reports = []
+    for name in components:
+        comp = _Component(name, opts, km, ckpt, progress)
+        for m in methods:
+            out_dir = os.path.join(output_dir, m) if multi else output_dir
+            reports.append(_port_method(comp, m, out_dir, opts, progress))
+        del comp
+    return reports
+
+
+# ----------------------------------------------------------------------------------
+# Output
+# ----------------------------------------------------------------------------------
+def _fmt(v, spec):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and v == float("inf"):
+        return "inf"
+    return format(v, spec)
+
+
+def format_table(reports) -> str:
+    """The closing summary: component, method, IR lines, compile s, runtime ms,
+    PyTorch eager ms, max err, padding err."""
+    head = ("component", "method", "IR lines", "compile s", "runtime ms", "torch ms",
+            "max err", "pad err")
+    rows = []
+    for r in reports:
+        v = r.get("validation") or {}
+        meth = r["lstm_method"]
+        if r.get("lstm_method_requested") not in (None, meth):
+            meth = f"{meth} ({r['lstm_method_requested']})"
+        rows.append((r["component"], meth, str(r["ir_lines"]), _fmt(r["compile_s"], ".1f"),
+                     _fmt(r["runtime_ms"], ".3f"), _fmt(r.get("torch_eager_ms"), ".3f"),
+                     _fmt(v.get("max_err"), ".2e") + ("" if v.get("passed", True) else " FAIL"),
+                     _fmt(v.get("padding_error"), ".2e")))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+              for i, h in enumerate(head)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def run(args) -> int:
+    """Run a parsed port-encoder namespace; returns the exit status."""
+    try:
+        _check_args(args)
+        components = list(COMPONENTS) if args.component == "all" else [args.component]
+        reports = port(components, [args.lstm_method], seq_len=args.seq_len,
+                       aligned_len=args.aligned_len, target=args.target,
+                       semantics=args.lstm_semantics, validate=args.validate,
+                       checkpoint=args.checkpoint, no_weights=args.no_weights,
+                       config=args.config, output_dir=args.output_dir,
+                       num_threads=args.num_threads, tolerance=args.tolerance,
+                       seed=args.seed, verbose=args.verbose)
+    except UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+    except Exception as e:  # noqa: BLE001 - a failed step: say which, exit 1
+        if args.verbose:
+            traceback.print_exc()
+        else:
+            tb = traceback.format_exc().rstrip().splitlines()
+            sys.stderr.write("\n".join(tb[-12:]) + "\n")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        sys.stderr.write(f"{PROG}: error: {type(e).__name__}: {first}\n")
+        return 1
+    print(format_table(reports))
+    print(f"outputs in {os.path.abspath(args.output_dir)}")
+    failed = [r for r in reports if r["validation"] and not r["validation"]["passed"]]
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    """``python -m kokoro_lstm.cli.port_encoder [flags]``; returns the exit status."""
+    args = build_parser(prog="python -m kokoro_lstm.cli.port_encoder" if argv is None and
+                        os.path.basename(sys.argv[0]) == "port_encoder.py" else PROG
+                        ).parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,492 @@
+"""kokoro_lstm.cli: `kokoro-lstm port-encoder` (kokoro-tvm's port_encoder.py drop-in)
+and `kokoro-lstm demo`.
+
+Compiles are shared through module-scoped fixtures: each (component, method) pair is
+ported once at a small static length and the tests below inspect its outputs.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import require
+
+torch = require("torch")
+tvm = require("tvm")
+
+from tvm import relax  # noqa: E402
+
+from kokoro_lstm.cli import _components as C  # noqa: E402
+from kokoro_lstm.cli import _kokoro_modules as own  # noqa: E402
+from kokoro_lstm.cli import main  # noqa: E402
+from kokoro_lstm.cli.port_encoder import format_table, parse_target  # noqa: E402
+from kokoro_lstm.cli.port_encoder import main as pe_main  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+T = 16  # --seq-len and --aligned-len of every port here
+LSTM_COMPONENTS = ("text_encoder", "duration", "f0n")
+METHODS = ("native", "tir")
+CFG = C.load_config(None)
+TOL = 1e-4
+
+
+def _port(out_dir, component, method="native", *extra):
+    argv = ["port-encoder", "--component", component, "--lstm-method", method,
+            "--seq-len", str(T), "--aligned-len", str(T), "--validate",
+            "--output-dir", str(out_dir), *extra]
+    if "--checkpoint" not in extra:
+        argv.append("--no-weights")
+    return main(argv)
+
+
+def _report(out_dir, component):
+    with open(os.path.join(out_dir, f"{component}_report.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _subprocess(code, *args, env=None, check=True):
+    env = dict(os.environ, **(env or {}))
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    if check:
+        assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r
+
+
+def _vm_outputs(lib_path, function, inputs):
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(lib_path)), tvm.cpu())
+    res = vm[function](*[tvm.runtime.tensor(np.asarray(a)) for a in inputs])
+    return [r.numpy() for r in res]
+
+
+def _inputs(component, length, seed=7):
+    gen = torch.Generator().manual_seed(seed)
+    return C.example_inputs(component, CFG, T, length, gen)
+
+
+@pytest.fixture(scope="module")
+def km():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return require("kokoro.modules")
+
+
+# --------------------------------------------------------------------------------------
+# end to end: every LSTM component with native and tir, --validate
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ported(tmp_path_factory):
+    """{(component, method): (exit status, output dir)}, ported once."""
+    base = tmp_path_factory.mktemp("ported")
+    out = {}
+    for method in METHODS:
+        for comp in LSTM_COMPONENTS:
+            d = base / method
+            out[comp, method] = (_port(d, comp, method), d)
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("component", LSTM_COMPONENTS)
+def test_port_end_to_end(ported, component, method):
+    rc, d = ported[component, method]
+    assert rc == 0
+    for suffix in ("_compiled.so", "_ir.py", "_report.json"):
+        assert (d / f"{component}{suffix}").is_file()
+    r = _report(d, component)
+    assert r["component"] == component and r["function"] == f"{component}_forward"
+    assert r["lstm_method"] == method and r["lstm_semantics"] == "packed"
+    assert r["modules"].startswith("kokoro")
+    v = r["validation"]
+    assert v["passed"] and v["max_err"] <= TOL and v["lengths"][0] == T
+    assert len(v["lengths"]) == 2 and 1 <= v["lengths"][1] < T
+    if component != "f0n":
+        # packed: a shorter text padded to T gives the unpadded text's numbers
+        assert v["padding_error"] is not None and v["padding_error"] <= TOL
+    assert r["runtime_ms"] > 0 and r["torch_eager_ms"] > 0 and r["compile_s"] > 0
+    ir = (d / f"{component}_ir.py").read_text()
+    assert f"def {component}_forward(" in ir
+    assert r["ir_lines"] == ir.count("\n") + 1
+    assert (" kokoro_lstm.lstm_forward" in ir or '"kokoro_lstm.lstm_forward"' in ir) == \
+        (method == "native")
+    n_lstm = {"text_encoder": 1, "duration": 4, "f0n": 1}[component]
+    assert sum(r["lstm_ops_in_export"].values()) == n_lstm
+    assert r["lstm_ops_in_export"].get(
+        "kokoro.lstm_forward_packed_bidirectional.default") == n_lstm
+    want_in = {"text_encoder": [[1, T], [1], [1, T]],
+               "duration": [[1, 512, T], [1, 128], [1], [1, T]],
+               "f0n": [[1, 640, T], [1, 128], [1]]}[component]
+    want_out = {"text_encoder": [[1, 512, T]], "duration": [[1, T, 50], [1, T, 640]],
+                "f0n": [[1, 2 * T], [1, 2 * T]]}[component]
+    assert [i["shape"] for i in r["inputs"]] == want_in
+    assert [o["shape"] for o in r["outputs"]] == want_out
+
+
+def test_summary_table_and_report_reader(ported):
+    reports = [_report(ported[c, m][1], c) for m in METHODS for c in LSTM_COMPONENTS]
+    table = format_table(reports).splitlines()
+    assert table[0].split()[:2] == ["component", "method"]
+    assert "max err" in table[0] and "runtime ms" in table[0] and "IR lines" in table[0]
+    assert len(table) == 2 + len(reports)
+    assert not any("FAIL" in row for row in table)
+
+
+def test_library_reloads_in_fresh_process(ported, tmp_path):
+    """Each .so loads in a new process (native: after `import kokoro_lstm`) and gives
+    the same outputs as in this process."""
+    cases = []
+    for (comp, method), (_, d) in sorted(ported.items()):
+        inputs = _inputs(comp, T - 5)
+        arrays = [a.numpy() for a in inputs]
+        expected = _vm_outputs(d / f"{comp}_compiled.so", f"{comp}_forward", arrays)
+        np.savez(tmp_path / f"{comp}_{method}_in.npz", *arrays)
+        np.savez(tmp_path / f"{comp}_{method}_out.npz", *expected)
+        cases.append(f"{d / f'{comp}_compiled.so'}|{comp}|{method}")
+    code = """
+        import sys
+        import kokoro_lstm  # registers the native engine function for tvm
+        import numpy as np, tvm
+        from tvm import relax
+        tmp = sys.argv[1]
+        for case in sys.argv[2:]:
+            lib, comp, method = case.split("|")
+            vm = relax.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())
+            ins = [tvm.runtime.tensor(a) for a in np.load(f"{tmp}/{comp}_{method}_in.npz").values()]
+            got = [r.numpy() for r in vm[comp + "_forward"](*ins)]
+            exp = list(np.load(f"{tmp}/{comp}_{method}_out.npz").values())
+            assert len(got) == len(exp), case
+            assert all(np.array_equal(g, e) for g, e in zip(got, exp)), case
+        print("ok", len(sys.argv) - 2)
+    """
+    out = _subprocess(code, str(tmp_path), *cases).stdout
+    assert out.strip() == f"ok {len(cases)}"
+
+
+def test_compiled_matches_eager_and_ignores_padding(ported, km):
+    """The compiled text_encoder against Kokoro's TextEncoder built with the same seed:
+    on a padded input it equals the unpadded eager result on the valid steps."""
+    d = ported["text_encoder", "native"][1]
+    model = C.build_component("text_encoder", CFG, km, seed=0)  # the CLI's --seed 0
+    L = 9
+    inputs = _inputs("text_encoder", L, seed=11)
+    got = _vm_outputs(d / "text_encoder_compiled.so", "text_encoder_forward",
+                      [a.numpy() for a in inputs])[0]
+    with torch.no_grad():
+        want = model(*inputs)[0].numpy()
+        unpadded = model(*C.truncate_inputs("text_encoder", inputs, L))[0].numpy()
+    assert np.abs(got - want).max() <= TOL
+    assert np.abs(got[..., :L] - unpadded).max() <= TOL
+    assert not got[..., L:].any()  # Kokoro masks the padding
+
+
+# --------------------------------------------------------------------------------------
+# semantics
+# --------------------------------------------------------------------------------------
+def test_padded_semantics_is_kokoro_tvm_old_behaviour(tmp_path):
+    """--lstm-semantics padded validates against padded eager PyTorch, but the padding
+    changes the valid outputs (the reverse direction reads it first)."""
+    assert _port(tmp_path, "text_encoder", "tir", "--lstm-semantics", "padded") == 0
+    r = _report(tmp_path, "text_encoder")
+    assert r["lstm_semantics"] == "padded" and r["validation"]["passed"]
+    assert r["lstm_ops_in_export"] == {"kokoro.lstm_forward_bidirectional.default": 1}
+    assert r["validation"]["padding_error"] > 1e-3
+
+
+# --------------------------------------------------------------------------------------
+# checkpoints
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, km):
+    """A Kokoro-layout .pth with random weights: 'text_encoder' saved with a `module.`
+    prefix (as in Kokoro's releases), 'predictor' without."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(1234)
+        te = km.TextEncoder(512, 5, 3, 178).eval()
+        pred = km.ProsodyPredictor(128, 512, 3, 50, 0.2).eval()
+    with torch.no_grad():  # make the LSTM biases and norms non-trivial too
+        for p in list(te.parameters()) + list(pred.parameters()):
+            p.add_(0.01 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp("ckpt") / "kokoro-test.pth"
+    torch.save({"text_encoder": {"module." + k: v for k, v in te.state_dict().items()},
+                "predictor": pred.state_dict(),
+                "decoder": {}}, path)
+    return path, te, pred
+
+
+def test_checkpoint_round_trip(checkpoint, tmp_path, km):
+    path, _, _ = checkpoint
+    assert _port(tmp_path, "text_encoder", "native", "--checkpoint", str(path)) == 0
+    assert _port(tmp_path, "duration", "tir", "--checkpoint", str(path)) == 0
+    for comp in ("text_encoder", "duration"):
+        r = _report(tmp_path, comp)
+        assert r["weights"] == str(path.resolve()) and r["validation"]["passed"]
+    # the compiled modules against PyTorch models loaded from that checkpoint
+    ck = torch.load(path, map_location="cpu", weights_only=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        te = km.TextEncoder(512, 5, 3, 178).eval()
+        pred = km.ProsodyPredictor(128, 512, 3, 50, 0.2).eval()
+    te.load_state_dict({k.removeprefix("module."): v for k, v in ck["text_encoder"].items()})
+    pred.load_state_dict(ck["predictor"])
+    L = 11
+    ins = _inputs("text_encoder", L, seed=3)
+    got = _vm_outputs(tmp_path / "text_encoder_compiled.so", "text_encoder_forward",
+                      [a.numpy() for a in ins])
+    with torch.no_grad():
+        want = te(*ins)
+    assert np.abs(got[0] - want.numpy()).max() <= TOL
+    ins = _inputs("duration", L, seed=4)
+    got = _vm_outputs(tmp_path / "duration_compiled.so", "duration_forward",
+                      [a.numpy() for a in ins])
+    d_en, style, ln, mask = ins
+    with torch.no_grad():
+        # ProsodyPredictor.forward: DurationEncoder -> packed lstm -> duration_proj
+        al = torch.eye(T)[None]
+        duration, _ = pred(d_en, style, ln, al, mask)
+        d = pred.text_encoder(d_en, style, ln, mask)
+    assert np.abs(got[0] - duration.numpy()).max() <= TOL
+    assert np.abs(got[1] - d.numpy()).max() <= TOL
+
+
+def test_checkpoint_missing_keys_exit_2(checkpoint, tmp_path, capsys):
+    path, te, pred = checkpoint
+    sd = pred.state_dict()
+    del sd["shared.weight_hh_l0_reverse"], sd["F0_proj.bias"]
+    bad = tmp_path / "bad.pth"
+    torch.save({"predictor": sd}, bad)
+    assert _port(tmp_path, "f0n", "native", "--checkpoint", str(bad)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "2 missing key(s)" in err[-1] and "shared.weight_hh_l0_reverse" in err[-1]
+    assert "F0_proj.bias" in err[-1]
+    # an entry the component needs is absent
+    assert _port(tmp_path, "text_encoder", "native", "--checkpoint", str(bad)) == 2
+    assert "no 'text_encoder' entry" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.so"))
+
+
+# --------------------------------------------------------------------------------------
+# Kokoro module copies (the fallback when the kokoro package is missing)
+# --------------------------------------------------------------------------------------
+def test_own_modules_match_kokoro(km):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pairs = [(km.TextEncoder(512, 5, 3, 178), own.TextEncoder(512, 5, 3, 178)),
+                 (km.ProsodyPredictor(128, 512, 3, 50, 0.2),
+                  own.ProsodyPredictor(128, 512, 3, 50, 0.2))]
+    for real, mine in pairs:
+        a, b = real.state_dict(), mine.state_dict()
+        assert list(a) == list(b)
+        assert all(a[k].shape == b[k].shape and a[k].dtype == b[k].dtype for k in a)
+        assert [n for n, _ in real.named_buffers()] == [n for n, _ in mine.named_buffers()]
+        mine.load_state_dict(a, strict=True)
+        real.eval(), mine.eval()
+    (te_r, te_o), (pp_r, pp_o) = pairs
+    n = 10
+    ln = torch.tensor([7])
+    mask = torch.arange(n)[None] >= ln[:, None]
+    tok = torch.randint(0, 178, (1, n))
+    d_en, s = torch.randn(1, 512, n), torch.randn(1, 128)
+    al = torch.eye(n)[None]
+    with torch.no_grad():
+        assert torch.equal(te_r(tok, ln, mask), te_o(tok, ln, mask))
+        for x, y in zip(pp_r(d_en, s, ln, al, mask), pp_o(d_en, s, ln, al, mask)):
+            assert torch.equal(x, y)
+        en = torch.randn(1, 640, n)
+        for x, y in zip(pp_r.F0Ntrain(en, s), pp_o.F0Ntrain(en, s)):
+            assert torch.equal(x, y)
+    # CustomAlbert: the same class shape (AlbertModel returning last_hidden_state)
+    from transformers import AlbertConfig
+
+    cfg = AlbertConfig(vocab_size=178, hidden_size=32, num_attention_heads=2,
+                       intermediate_size=40, num_hidden_layers=2, max_position_embeddings=16)
+    torch.manual_seed(0)
+    r = km.CustomAlbert(cfg).eval()
+    torch.manual_seed(0)
+    o = own.CustomAlbert(cfg).eval()
+    assert list(r.state_dict()) == list(o.state_dict())
+    ids = torch.randint(0, 178, (1, 8))
+    with torch.no_grad():
+        assert torch.equal(r(ids), o(ids))
+
+
+def test_own_modules_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("KOKORO_LSTM_FORCE_OWN_MODULES", "1")
+    assert _port(tmp_path, "duration", "native") == 0
+    r = _report(tmp_path, "duration")
+    assert r["modules"] == "kokoro_lstm.cli._kokoro_modules" and r["validation"]["passed"]
+
+
+def test_falls_back_when_kokoro_is_missing():
+    code = """
+        import sys
+        sys.modules["kokoro"] = None  # as if not installed
+        from kokoro_lstm.cli import _components as C
+        km, desc = C.kokoro_modules()
+        assert desc == "kokoro_lstm.cli._kokoro_modules", desc
+        m = C.build_component("f0n", C.load_config(None), km)
+        print(type(m.shared).__module__, sum(p.numel() for p in m.shared.parameters()))
+    """
+    out = _subprocess(code).stdout.split()
+    assert out == ["torch.nn.modules.rnn", str(2 * (4 * 256 * (640 + 256) + 8 * 256))]
+
+
+# --------------------------------------------------------------------------------------
+# usage errors: exit 2, one line
+# --------------------------------------------------------------------------------------
+BAD = [
+    (["port-encoder"], "required: --component"),
+    (["port-encoder", "--component", "decoder"], "invalid choice"),
+    (["port-encoder", "--component", "f0n", "--lstm-method", "cudnn"], "invalid choice"),
+    (["port-encoder", "--component", "f0n", "--seq-len", "x"], "invalid int"),
+    (["port-encoder", "--component", "f0n", "--checkpoint", "/nonexistent/k.pth"],
+     "checkpoint file not found"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--config", "/nonexistent/c.json"],
+     "config file not found"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--target", "cuda"],
+     "unsupported target kind 'cuda'"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--target", "metal-macos"],
+     "needs macOS with Metal"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--target", "metal-ios"],
+     "needs macOS with Metal"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--lstm-method", "mps"],
+     "macOS"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--target", "llvm -nosuch=1"],
+     "invalid target"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--aligned-len", "0"],
+     "--aligned-len must be positive"),
+    (["port-encoder", "--component", "bert", "--no-weights", "--seq-len", "513"],
+     "max_position_embeddings"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--checkpoint", __file__],
+     "exclude each other"),
+    (["port-encoder", "--component", "f0n", "--checkpoint", __file__],
+     "cannot read checkpoint"),
+    (["nosuch"], "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a[1:]) or a[0] for a, _ in BAD])
+def test_usage_errors_exit_2(argv, message, capsys, tmp_path):
+    try:
+        rc = main(argv + ["--output-dir", str(tmp_path / "out")] if argv[0] == "port-encoder"
+                  and len(argv) > 2 else argv)
+    except SystemExit as e:
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_config_exit_2(tmp_path, capsys):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    assert _port(tmp_path, "f0n", "native", "--config", str(bad)) == 2
+    assert "cannot read config" in capsys.readouterr().err
+    bad.write_text(json.dumps({"hidden_dim": -4}))
+    assert _port(tmp_path, "f0n", "native", "--config", str(bad)) == 2
+    assert "'hidden_dim' must be a positive integer" in capsys.readouterr().err
+
+
+def test_console_entry_points_exit_2():
+    """`python -m kokoro_lstm.cli.port_encoder` and `python -m kokoro_lstm.cli`: one
+    line on stderr, exit 2, no traceback."""
+    for argv in (["-m", "kokoro_lstm.cli.port_encoder", "--component", "f0n", "--no-weights",
+                  "--target", "metal-macos"],
+                 ["-m", "kokoro_lstm.cli", "port-encoder", "--component", "f0n",
+                  "--checkpoint", "/nonexistent.pth"]):
+        r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_import_is_light():
+    code = """
+        import sys
+        import kokoro_lstm.cli
+        heavy = [m for m in ("torch", "tvm", "kokoro", "transformers") if m in sys.modules]
+        assert not heavy, heavy
+        print("ok")
+    """
+    assert _subprocess(code).stdout.strip() == "ok"
+
+
+def test_parse_target():
+    assert parse_target("llvm") == {"kind": "llvm"}
+    assert parse_target("llvm -mcpu=znver4 -mattr=+avx2,+fma -num-cores=2") == {
+        "kind": "llvm", "mcpu": "znver4", "mattr": ["+avx2", "+fma"], "num-cores": 2}
+    assert parse_target('{"kind": "llvm", "mcpu": "x86-64-v3"}') == {
+        "kind": "llvm", "mcpu": "x86-64-v3"}
+    for bad in ("c", "cuda -arch=sm_90", "", "metal-ios"):
+        with pytest.raises(C.UsageError):
+            parse_target(bad)
+
+
+def test_target_variant_and_num_threads(tmp_path):
+    env_before = os.environ.get("TVM_NUM_THREADS"), os.environ.get("KOKORO_LSTM_NUM_THREADS")
+    threads_before = torch.get_num_threads()
+    rc = _port(tmp_path, "f0n", "tir", "--target", "llvm -mcpu=x86-64 -num-cores=2",
+               "--num-threads", "1")
+    assert rc == 0
+    # the thread settings are restored afterwards
+    assert (os.environ.get("TVM_NUM_THREADS"),
+            os.environ.get("KOKORO_LSTM_NUM_THREADS")) == env_before
+    assert torch.get_num_threads() == threads_before
+    r = _report(tmp_path, "f0n")
+    assert r["target"] == "llvm -mcpu=x86-64 -num-cores=2" and '"mcpu":"x86-64"' in r["target_tvm"]
+    assert r["num_threads"] == 1 and r["validation"]["passed"]
+
+
+def test_validation_failure_exits_1(tmp_path, capsys):
+    """A tolerance nothing can meet: the port completes, validation fails, exit 1."""
+    rc = _port(tmp_path, "text_encoder", "native", "--tolerance", "1e-30")
+    assert rc == 1
+    r = _report(tmp_path, "text_encoder")
+    assert not r["validation"]["passed"]
+    captured = capsys.readouterr()
+    assert "validation FAILED" in captured.err and "FAIL" in captured.out
+
+
+# --------------------------------------------------------------------------------------
+# bert and the demo (the biggest)
+# --------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_bert_end_to_end(tmp_path):
+    rc = pe_main(["--component", "bert", "--seq-len", "8", "--no-weights", "--validate",
+                  "--output-dir", str(tmp_path)])
+    assert rc == 0
+    r = _report(tmp_path, "bert")
+    assert [i["shape"] for i in r["inputs"]] == [[1, 8], [1, 8]]
+    assert [o["shape"] for o in r["outputs"]] == [[1, 512, 8]]
+    assert r["validation"]["passed"] and r["validation"]["padding_error"] <= TOL
+    assert r["lstm_ops_in_export"] == {}
+
+
+@pytest.mark.slow
+def test_demo_subcommand(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kokoro_lstm.cli", "demo", "--seq-len", "8",
+                        "--methods", "native", "tir", "relax", "--output-dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines()]
+    body = [row for row in rows if row and row[0] in ("text_encoder", "duration")]
+    assert sorted((row[0], row[1]) for row in body) == sorted(
+        (c, m) for c in ("text_encoder", "duration") for m in ("native", "tir", "relax"))
+    ir = {(row[0], row[1]): int(row[2]) for row in body}
+    assert ir["duration", "relax"] > ir["duration", "tir"] > ir["duration", "native"]
+    for m in ("native", "tir", "relax"):
+        assert (tmp_path / m / "duration_compiled.so").is_file()
