@@ -507,7 +507,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2,all cores)")
     ap.add_argument("--repeat", type=int, default=None, help="timed repetitions (default 15; >= 10 unless --quick)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up runs per implementation (default 3)")
-    ap.add_argument("--settle-ms", type=float, default=2.0,
+    ap.add_argument("--settle-ms", type=float, default=10.0,
                     help="untimed sleep before each timed call (lets other pools' spinning threads park)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for lstm.json and lstm.png")
     ap.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"),
