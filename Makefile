@@ -7,6 +7,8 @@
 #   make asan         the same under AddressSanitizer + UBSan (leak checking on)
 #   make debian-test  build with Debian's /usr/bin/python3 + libopenblas-dev in a
 #                     separate tree (build-c/debian) and run the core Python tests there
+#   make blas-scipy-test  the C test and the core Python tests against the
+#                     scipy-openblas32 wheel instead of the system OpenBLAS
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
@@ -83,7 +85,7 @@ DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenb
 DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py
 
-.PHONY: all venv ext test ctest asan debian-test demo bench clean distclean
+.PHONY: all venv ext test ctest asan debian-test blas-scipy-test demo bench clean distclean
 
 all: test
 
@@ -159,6 +161,37 @@ $(ASAN_BIN): $(ASAN_OBJS) $(BLAS_FLAGS)
 # Debian 12's python3 (numpy 1.24, no torch) + libopenblas-dev, built in a copy of the
 # tree so the venv's editable build is untouched. Torch tests skip there: no
 # KOKORO_LSTM_REQUIRE for this run.
+# $(call copy_tree,DIR): the source tree (tracked and untracked-not-ignored files)
+# copied to DIR, to build and test it there without touching the dev build.
+define copy_tree
+	@echo "== copying the tree to $(1)"
+	rm -rf $(1)
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  files=$$(mktemp); \
+	  git ls-files -z --cached --others --exclude-standard -- . ':!build-c' > $$files; \
+	  mkdir -p $(1); \
+	  while IFS= read -r -d '' f; do [ -f "$$f" ] && printf '%s\0' "$$f"; done < $$files \
+	    | xargs -0 -r cp --parents -t $(1); \
+	  rm -f $$files; \
+	else \
+	  mkdir -p $(1); \
+	  tar -c --exclude=./.venv --exclude=./build --exclude=./build-c --exclude=./.git \
+	    --exclude='*.so' --exclude='*.o' --exclude=__pycache__ --exclude=.pytest_cache \
+	    --exclude=./kokoro_lstm/_build_config.py . | tar -x -C $(1); \
+	fi
+endef
+
+# The other BLAS: the extension and the C test built against the scipy-openblas32
+# wheel (what a pip-only machine gets), in build-c/scipy, with the core tests.
+SCIPY_DIR := build-c/scipy-ext
+blas-scipy-test: venv
+	$(MAKE) --no-print-directory ctest KOKORO_LSTM_BLAS=scipy-openblas32
+	$(call copy_tree,$(SCIPY_DIR))
+	cd $(SCIPY_DIR) && KOKORO_LSTM_BLAS=scipy-openblas32 $(abspath $(VPY)) setup.py -q build_ext --inplace
+	cd $(SCIPY_DIR) && $(abspath $(VPY)) -c 'import kokoro_lstm; b = kokoro_lstm.build_info(); \
+	    print("scipy build:", b); assert b["blas"] == "scipy-openblas32", b'
+	cd $(SCIPY_DIR) && $(abspath $(VPY)) -m pytest -q -p no:cacheprovider $(DEB_TESTS)
+
 debian-test:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
@@ -170,21 +203,7 @@ debian-test:
 	  apt-get install -y --no-install-recommends $$missing || \
 	    { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
 	fi
-	@echo "== copying the tree to $(DEB_DIR)"
-	rm -rf $(DEB_DIR)
-	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
-	  files=$$(mktemp); \
-	  git ls-files -z --cached --others --exclude-standard -- . ':!build-c' > $$files; \
-	  mkdir -p $(DEB_DIR); \
-	  while IFS= read -r -d '' f; do [ -f "$$f" ] && printf '%s\0' "$$f"; done < $$files \
-	    | xargs -0 -r cp --parents -t $(DEB_DIR); \
-	  rm -f $$files; \
-	else \
-	  mkdir -p $(DEB_DIR); \
-	  tar -c --exclude=./.venv --exclude=./build --exclude=./build-c --exclude=./.git \
-	    --exclude='*.so' --exclude='*.o' --exclude=__pycache__ --exclude=.pytest_cache \
-	    --exclude=./kokoro_lstm/_build_config.py . | tar -x -C $(DEB_DIR); \
-	fi
+	$(call copy_tree,$(DEB_DIR))
 	@echo "== $(DEB_PY) setup.py build_ext --inplace (KOKORO_LSTM_BLAS=system)"
 	cd $(DEB_DIR) && env -u KOKORO_LSTM_REQUIRE -u PYTHONPATH -u VIRTUAL_ENV PYTHONNOUSERSITE=1 \
 	    KOKORO_LSTM_BLAS=system $(DEB_PY) setup.py -q build_ext --inplace
@@ -193,7 +212,7 @@ debian-test:
 	cd $(DEB_DIR) && env -u KOKORO_LSTM_REQUIRE -u PYTHONPATH -u VIRTUAL_ENV PYTHONNOUSERSITE=1 \
 	    $(DEB_PY) -m pytest -q -p no:cacheprovider $(DEB_TESTS)
 
-# ---- demo / bench (demo is a placeholder for the real one) -------------------------
+# ---- demo / bench ----------------------------------------------------------------------
 DEMO_ARGS ?=
 demo: venv ext
 	$(VPY) -c "import kokoro_lstm; print(kokoro_lstm.build_info())"
