@@ -72,6 +72,10 @@ class BuildExt(build_ext):
 
     def build_extensions(self):
         import numpy as np
+
+        # Rebuild every time: setuptools only compares timestamps, so an
+        # object built against the other BLAS (KOKORO_LSTM_BLAS) would be reused.
+        self.force = True
         for ext in self.extensions:
             ext.include_dirs.append(np.get_include())
         original = self.compiler._compile
