@@ -163,8 +163,10 @@ class LSTM:
     """torch.nn.LSTM forward on the C engine; weights are packed once here.
 
     ``dtype``: "float32" (default; any real floating input, float32 results),
-    "float64" (end to end) or "bfloat16" (recurrent weights stored in bfloat16,
-    float32 activations and accumulation; about 1e-2 max-abs at Kokoro's shape).
+    "float64" (end to end) or "bfloat16" (weights in bfloat16, float32
+    activations, states and accumulation; with AVX512_BF16 the input projection
+    and h are rounded to bfloat16 too: about 4e-3 max-abs at Kokoro's shape,
+    bound 1e-2).
     """
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,

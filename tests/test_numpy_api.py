@@ -942,3 +942,14 @@ def test_bfloat16_proj_threads_and_nan(isa):
     x[3, 1, 2] = np.nan
     out, (h, c) = m(x, lengths=lengths)
     assert np.isnan(out[3:4, 1]).all() and np.isfinite(out[:, 0]).all()
+
+
+@pytest.mark.parametrize("I,H,T,B", [(1, 5, 7, 3), (33, 17, 9, 1), (257, 33, 13, 2), (64, 16, 6, 1)])
+def test_bfloat16_awkward_sizes(isa, I, H, T, B):
+    """Odd and short input widths, row counts around the 6-row GEMM tile."""
+    rng = np.random.default_rng(I + H)
+    m = kl.LSTM(I, H, bidirectional=True, dtype="bfloat16")
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    ref, (rh, rc) = reference.lstm(x, m.state_dict(), num_layers=1, bidirectional=True)
+    out, (h, c) = m(x)
+    assert np.abs(out - ref).max() <= 1e-2 and np.abs(c - rc).max() <= 1e-2

@@ -61,7 +61,7 @@ int kl_cpu_has_avx512bf16(void) {
 
 kl_kernels kl_select_kernels(kl_wtype wt) {
   const kl_isa isa = kl_isa_active();
-  kl_kernels k;
+  kl_kernels k = {NULL, NULL, NULL, NULL};
   switch (wt) {
     case KL_W_F64:
       k.cell = kl_f64_lstmcell_ukernel__scalar;
@@ -74,6 +74,10 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
       if (isa == KL_ISA_AVX512) {
         k.cell = g_bf16 ? kl_bf16_lstmcell_ukernel__avx512bf16 : kl_bf16_lstmcell_ukernel__avx512f;
         k.proj = kl_bf16_lstmproj_ukernel__avx512f;
+        if (g_bf16) {
+          k.gemm = kl_bf16_gemm_ukernel__avx512bf16;
+          k.to_bf16 = kl_f32_to_bf16_pairs__avx512bf16;
+        }
       }
 #endif
       return k;

@@ -42,9 +42,18 @@ typedef void (*kl_lstmproj_ukernel_fn)(size_t H, size_t blk0, size_t blk1, const
 typedef void (*kl_f32_vunary_fn)(size_t n, const float* x, float* y);
 
 /* Kernel table: one entry per weight type, filled once per ISA. */
+/* bfloat16 input projection (AVX512_BF16 only): C[M, N] = A * W^T, A in
+ * bfloat16 pairs [M][Kp], W in 64-column panels (bf16-gemm-avx512bf16.c). */
+typedef void (*kl_bf16_gemm_ukernel_fn)(size_t M, size_t N, size_t Kp, const uint32_t* A,
+                                        const uint16_t* W, float* C, size_t ldc);
+typedef void (*kl_f32_to_bf16_pairs_fn)(size_t M, size_t K, const float* X, size_t ldx,
+                                        uint32_t* out);
+
 typedef struct kl_kernels {
   kl_lstmcell_ukernel_fn cell;
   kl_lstmproj_ukernel_fn proj;
+  kl_bf16_gemm_ukernel_fn gemm; /* NULL: the input projection uses BLAS sgemm/dgemm */
+  kl_f32_to_bf16_pairs_fn to_bf16;
 } kl_kernels;
 
 /* Weight types of the packed recurrent panels. */
@@ -98,6 +107,9 @@ KL_DECLARE_ISA(avx2fma)
 KL_DECLARE_ISA(avx512f)
 void kl_bf16_lstmcell_ukernel__avx512bf16(size_t, size_t, size_t, size_t, const void*,
                                           const void*, size_t, const kl_cell_row*);
+void kl_bf16_gemm_ukernel__avx512bf16(size_t, size_t, size_t, const uint32_t*, const uint16_t*,
+                                      float*, size_t);
+void kl_f32_to_bf16_pairs__avx512bf16(size_t, size_t, const float*, size_t, uint32_t*);
 #endif
 
 void kl_f64_lstmcell_ukernel__scalar(size_t, size_t, size_t, size_t, const void*, const void*,

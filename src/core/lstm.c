@@ -13,6 +13,8 @@
  *   W_hh  f32/f64: [(blk*R + k)*64 + g*16 + lane];  bf16: see bf16-lstmcell-scalar.c
  *   W_hr  f32/f64: [(blk*H + j)*16 + lane];         bf16: see bf16-lstmcell-scalar.c
  *   bias  [4*Hp] = b_ih + b_hh
+ *   W_ih as bfloat16 (dtype bfloat16 with AVX512_BF16): 64-column panels, see
+ *         bf16-gemm-avx512bf16.c; the layer input is rounded to bfloat16 pairs per run
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 typedef struct kl_layer {
   size_t in_size; /* input features of this layer */
   void* w_ih;     /* packed, io type */
+  uint16_t* w_ih_bf16; /* 64-column bfloat16 panels of w_ih, when kernels.gemm */
   void* w_hh[2];  /* panels, weight type */
   void* bias[2];  /* io type */
   void* w_hr[2];  /* panels, weight type, or NULL */
@@ -140,6 +143,7 @@ void kl_lstm_free(kl_lstm* m) {
     for (int l = 0; l < m->desc.num_layers; l++) {
       kl_layer* L = &m->layers[l];
       free(L->w_ih);
+      free(L->w_ih_bf16);
       for (int d = 0; d < 2; d++) {
         free(L->w_hh[d]);
         free(L->bias[d]);
@@ -186,6 +190,11 @@ kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl
     L->in_size = l == 0 ? (size_t)desc->input_size : (size_t)D * m->R;
     L->w_ih = xalloc((size_t)D * 4 * Hp * L->in_size * m->esz);
     if (!L->w_ih) goto nomem;
+    if (m->k.gemm) {
+      const size_t Kp = (L->in_size + 1) / 2, N = (size_t)D * 4 * Hp;
+      L->w_ih_bf16 = xalloc(N * Kp * 2 * sizeof(uint16_t));
+      if (!L->w_ih_bf16) goto nomem;
+    }
     for (int d = 0; d < D; d++) {
       const kl_weights* w = &weights[l * D + d];
       for (size_t g = 0; g < 4; g++)
@@ -200,6 +209,17 @@ kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl
           const double bh = w->b_hh ? ld(w->b_hh, g * H + u, m->esz) : 0.0;
           st(L->bias[d], g * Hp + u, bi + bh, m->esz);
         }
+      if (L->w_ih_bf16) { /* row n = d*4Hp + g*Hp + u of w_ih -> panel column n */
+        const size_t Kp = (L->in_size + 1) / 2;
+        for (size_t g = 0; g < 4; g++)
+          for (size_t u = 0; u < H; u++) {
+            const size_t n = (size_t)d * 4 * Hp + g * Hp + u;
+            const float* row = (const float*)w->w_ih + (g * H + u) * L->in_size;
+            for (size_t k = 0; k < L->in_size; k++)
+              L->w_ih_bf16[(((n / 64) * Kp + k / 2) * 4 + (n % 64) / 16) * 32 + (n % 16) * 2 + (k & 1)] =
+                  kl_f32_to_bf16(row[k]);
+          }
+      }
       L->w_hh[d] = pack_whh(m, w->w_hh);
       if (!L->w_hh[d]) goto nomem;
       if (m->P) {
@@ -226,6 +246,7 @@ typedef struct run_ctx {
   /* layer input rows: row (t, b) = t*gt + b*gb, row stride lda */
   const char* in;
   int64_t lda;
+  uint32_t* xb; /* the input rows in bfloat16 pairs [T*B][Kp], bf16 GEMM only */
   /* input gates */
   char* G;
   size_t ldg;
@@ -362,6 +383,15 @@ static int threads_per_direction(int nth, int D, int64_t B) {
 static void layer_task(void* ctx, int ith, int nth) {
   const run_ctx* x = ctx;
   const int D = x->m->D;
+  if (x->m->k.gemm) { /* bfloat16 input projection: round this thread's rows first */
+    const size_t M = (size_t)(x->T * x->B), K = x->L->in_size, Kp = (K + 1) / 2;
+    size_t r0, r1;
+    split(M, ith, nth, &r0, &r1);
+    if (r1 > r0)
+      x->m->k.to_bf16(r1 - r0, K, (const float*)x->in + r0 * (size_t)x->lda, (size_t)x->lda,
+                      x->xb + r0 * Kp);
+    if (nth > 1) kl_barrier_wait(x->gbar);
+  }
   input_gates(x, ith, nth);
   if (nth < D) { /* one thread: directions one after the other */
     for (int d = 0; d < D; d++) run_direction(x, d, 0, 1, ith);
@@ -410,6 +440,13 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
     const int64_t mr = M - r0 < mc ? M - r0 : mc;
     const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
+    if (m->k.gemm) {
+      const size_t Kp = (K + 1) / 2;
+      m->k.gemm((size_t)mr, (size_t)nc, Kp, x->xb + (size_t)r0 * Kp,
+                x->L->w_ih_bf16 + ((size_t)c0 / 64) * Kp * 128,
+                (float*)x->G + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
+      continue;
+    }
     gemm(m, mr, nc, (int64_t)K, x->in + (size_t)(r0 * x->lda) * esz, x->lda,
          (const char*)x->L->w_ih + (size_t)c0 * K * esz,
          (char*)x->G + ((size_t)r0 * x->ldg + (size_t)c0) * esz, (int64_t)x->ldg);
@@ -445,6 +482,14 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
   const void** ptrs = malloc((size_t)nth * 3 * (size_t)B * sizeof(void*));
   int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
+  uint32_t* xb = NULL;
+  if (m->k.gemm) {
+    size_t kmax = 0;
+    for (int l = 0; l < nl; l++)
+      if (m->layers[l].in_size > kmax) kmax = m->layers[l].in_size;
+    xb = malloc(TB * ((kmax + 1) / 2) * sizeof(uint32_t));
+    if (!xb) goto done;
+  }
   if (!G || !state || !len || !ord || !bar || !rows || !ptrs || !mine) goto done;
   for (int i = 0; i < (nl > 2 ? 2 : nl - 1); i++)
     if (!(inter[i] = xalloc(TB * DR * esz))) goto done;
@@ -471,6 +516,7 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   x.rows = rows;
   x.ptrs = ptrs;
   x.mine = mine;
+  x.xb = xb;
   x.nth = nth;
   for (int d = 0; d < D; d++) {
     char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
@@ -546,5 +592,6 @@ done:
   free(rows);
   free(ptrs);
   free(mine);
+  free(xb);
   return status;
 }
