@@ -264,7 +264,6 @@ typedef struct run_ctx {
   kl_cell_row* rows;   /* [nth][B] */
   const void** ptrs;   /* [nth][3B] */
   int32_t* mine;       /* [nth][B] */
-  int nth;
 } run_ctx;
 
 /* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T. */
@@ -473,7 +472,7 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
 
   kl_status status = KL_ERR_NOMEM;
   const size_t TB = (size_t)T * (size_t)B;
-  char* G = xalloc(TB * ldg * esz);
+  char* G = aligned_alloc(64, kl_round_up(TB * ldg * esz, 64)); /* fully written by the GEMM */
   char* inter[2] = {NULL, NULL};
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
@@ -517,7 +516,6 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   x.ptrs = ptrs;
   x.mine = mine;
   x.xb = xb;
-  x.nth = nth;
   for (int d = 0; d < D; d++) {
     char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
     x.hbuf[d] = s;
