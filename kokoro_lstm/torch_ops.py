@@ -137,6 +137,11 @@ def _check(cond, message):
     torch._check(cond, message)
 
 
+def _check_like_input(p, name, t, x):
+    _check(t.dtype == x.dtype, lambda: p + f"{name} has dtype {t.dtype}, input has {x.dtype}")
+    _check(t.device == x.device, lambda: p + f"{name} is on {t.device}, input on {x.device}")
+
+
 def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
     """Shape/dtype/device checks shared by the fake and the CPU implementations
     (RuntimeError); symbolic conditions go to torch._check."""
@@ -165,10 +170,7 @@ def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
                      lambda name=name, t=t, shape=shape: p + (
                          f"{name} must have shape {tuple(shape)} (H={H}, I={I}), "
                          f"got {tuple(t.shape)}"))
-        _check(t.dtype == x.dtype, lambda name=name, t=t: p + (
-            f"{name} has dtype {t.dtype}, input has {x.dtype}"))
-        _check(t.device == x.device, lambda name=name, t=t: p + (
-            f"{name} is on {t.device}, input on {x.device}"))
+        _check_like_input(p, name, t, x)
     if bidirectional:
         _check((w[2] is None) == (w[6] is None) and (w[3] is None) == (w[7] is None),
                      lambda: p + "forward and reverse biases must both be given or both None")
@@ -177,10 +179,7 @@ def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
                      lambda name=name, t=t: p + (
                          f"{name} must have shape ({D}, {B}, {H}) = (D, B, H), "
                          f"got {tuple(t.shape)}"))
-        _check(t.dtype == x.dtype, lambda name=name, t=t: p + (
-            f"{name} has dtype {t.dtype}, input has {x.dtype}"))
-        _check(t.device == x.device, lambda name=name, t=t: p + (
-            f"{name} is on {t.device}, input on {x.device}"))
+        _check_like_input(p, name, t, x)
     if lengths is not None:
         _check(lengths.dim() == 1 and lengths.shape[0] == B,
                      lambda: p + f"lengths must have shape ({B},) = (B,), "

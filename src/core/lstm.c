@@ -75,13 +75,12 @@ static void st(void* a, size_t i, double v, size_t esz) {
   else ((float*)a)[i] = (float)v;
 }
 /* Copies element i of an io-typed array into a weight-typed panel slot. */
-static void pack_one(void* dst, size_t di, kl_wtype wt, const void* src, size_t si, size_t esz) {
+static void pack_one(void* dst, size_t di, kl_wtype wt, const void* src, size_t si) {
   switch (wt) {
     case KL_W_F64: ((double*)dst)[di] = ((const double*)src)[si]; break;
     case KL_W_BF16: ((uint16_t*)dst)[di] = kl_f32_to_bf16(((const float*)src)[si]); break;
     default: ((float*)dst)[di] = ((const float*)src)[si]; break;
   }
-  (void)esz;
 }
 
 /* W_hh [4H, R] -> panels. */
@@ -98,7 +97,7 @@ static void* pack_whh(const kl_lstm* m, const void* w) {
             const size_t u = blk * KL_NR + l;
             if (u < H)
               pack_one(p, ((blk * npair + k / 2) * 4 + g) * 32 + l * 2 + (k & 1), m->wt, w,
-                       (g * H + u) * R + k, m->esz);
+                       (g * H + u) * R + k);
           }
     return p;
   }
@@ -109,7 +108,7 @@ static void* pack_whh(const kl_lstm* m, const void* w) {
       for (size_t g = 0; g < 4; g++)
         for (size_t l = 0; l < KL_NR; l++) {
           const size_t u = blk * KL_NR + l;
-          if (u < H) pack_one(p, (blk * R + k) * 64 + g * 16 + l, m->wt, w, (g * H + u) * R + k, m->esz);
+          if (u < H) pack_one(p, (blk * R + k) * 64 + g * 16 + l, m->wt, w, (g * H + u) * R + k);
         }
   return p;
 }
@@ -125,7 +124,7 @@ static void* pack_whr(const kl_lstm* m, const void* w) {
       for (size_t j = 0; j < H; j++)
         for (size_t l = 0; l < KL_NR && blk * KL_NR + l < P; l++)
           pack_one(p, (blk * npair + j / 2) * 32 + l * 2 + (j & 1), m->wt, w,
-                   (blk * KL_NR + l) * H + j, m->esz);
+                   (blk * KL_NR + l) * H + j);
     return p;
   }
   void* p = xalloc(nblk * H * 16 * m->wesz);
@@ -133,7 +132,7 @@ static void* pack_whr(const kl_lstm* m, const void* w) {
   for (size_t blk = 0; blk < nblk; blk++)
     for (size_t j = 0; j < H; j++)
       for (size_t l = 0; l < KL_NR && blk * KL_NR + l < P; l++)
-        pack_one(p, (blk * H + j) * 16 + l, m->wt, w, (blk * KL_NR + l) * H + j, m->esz);
+        pack_one(p, (blk * H + j) * 16 + l, m->wt, w, (blk * KL_NR + l) * H + j);
   return p;
 }
 
@@ -501,21 +500,8 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
     ord[j] = (int32_t)b;
   }
 
-  run_ctx x;
-  memset(&x, 0, sizeof(x));
-  x.m = m;
-  x.T = T;
-  x.B = B;
-  x.len = len;
-  x.ord = ord;
-  x.G = G;
-  x.ldg = ldg;
-  x.bar = bar;
-  x.gbar = bar + 2;
-  x.rows = rows;
-  x.ptrs = ptrs;
-  x.mine = mine;
-  x.xb = xb;
+  run_ctx x = {.m = m, .T = T, .B = B, .len = len, .ord = ord, .xb = xb, .G = G, .ldg = ldg,
+               .bar = bar, .gbar = bar + 2, .rows = rows, .ptrs = ptrs, .mine = mine};
   for (int d = 0; d < D; d++) {
     char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
     x.hbuf[d] = s;

@@ -5,8 +5,7 @@
 #include <math.h>
 
 #include "internal.h"
-
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+#include "scalar-math.h"
 
 void kl_bf16_lstmcell_ukernel__scalar(size_t R, size_t Hp, size_t blk0, size_t blk1,
                                       const void* w, const void* bias_, size_t nb,
@@ -26,14 +25,7 @@ void kl_bf16_lstmcell_ukernel__scalar(size_t R, size_t Hp, size_t blk0, size_t b
         const uint16_t* wk = wp + (k / 2) * 128 + (k & 1);
         for (int j = 0; j < 64; j++) acc[j] += kl_bf16_to_f32(wk[j * 2]) * hk;
       }
-      for (int l = 0; l < KL_NR; l++) {
-        const size_t u = blk * KL_NR + (size_t)l;
-        float pre[4];
-        for (int g = 0; g < 4; g++) pre[g] = acc[g * 16 + l] + gx[g * Hp + u] + bias[g * Hp + u];
-        const float cn = sigmoidf(pre[1]) * c[u] + sigmoidf(pre[0]) * tanhf(pre[2]);
-        c[u] = cn;
-        h_out[u] = sigmoidf(pre[3]) * tanhf(cn);
-      }
+      kl_scalar_cell_update(acc, gx, bias, Hp, blk, c, h_out);
     }
   }
 }

@@ -3,11 +3,10 @@
 #include <math.h>
 
 #include "internal.h"
-
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+#include "scalar-math.h"
 
 void kl_f32_vsigmoid__scalar(size_t n, const float* x, float* y) {
-  for (size_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]);
+  for (size_t i = 0; i < n; i++) y[i] = kl_sigmoidf(x[i]);
 }
 
 void kl_f32_vtanh__scalar(size_t n, const float* x, float* y) {
@@ -30,14 +29,7 @@ void kl_f32_lstmcell_ukernel__scalar(size_t R, size_t Hp, size_t blk0, size_t bl
         const float hk = h[k];
         for (int j = 0; j < 64; j++) acc[j] += wp[k * 64 + j] * hk;
       }
-      for (int l = 0; l < KL_NR; l++) {
-        const size_t u = blk * KL_NR + (size_t)l;
-        float pre[4];
-        for (int g = 0; g < 4; g++) pre[g] = acc[g * 16 + l] + gx[g * Hp + u] + bias[g * Hp + u];
-        const float cn = sigmoidf(pre[1]) * c[u] + sigmoidf(pre[0]) * tanhf(pre[2]);
-        c[u] = cn;
-        h_out[u] = sigmoidf(pre[3]) * tanhf(cn);
-      }
+      kl_scalar_cell_update(acc, gx, bias, Hp, blk, c, h_out);
     }
   }
 }
