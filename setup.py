@@ -7,6 +7,12 @@ BLAS is OpenBLAS, chosen by KOKORO_LSTM_BLAS:
   scipy-openblas32   the wheel (symbols prefixed scipy_; preloaded at import)
 ISA kernels get their own flags by file name (*-avx2fma.c, *-avx512f.c,
 *-avx512bf16.c); nothing is built with -march=native.
+
+Besides the extension, the build writes kokoro_lstm/lib/kokoro_lstm_tvm.o: the
+engine (core, kernels, tvm-ffi glue) as one relocatable object with hidden
+symbols, which kokoro_lstm.tvm.export_library links into exported TVM
+libraries so that they run without Python (src/tvm/kl_tvm_autoreg.c registers
+the functions when the library is loaded).
 """
 import glob
 import os
@@ -24,7 +30,10 @@ ISA_FLAGS = {
     "-avx512bf16.c": ["-mavx512f", "-mavx512bf16", "-mfma"],
 }
 WARN = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-O2", "-fno-math-errno",
-        "-ffp-contract=off", "-pthread"]
+        "-ffp-contract=off", "-pthread", "-fvisibility=hidden"]
+INCLUDE = ["src/include", "src/core", "src/kernels", "src/third_party", "src/tvm"]
+ENGINE_SOURCES = sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")) + [
+    "src/tvm/kl_tvm_ffi.c"]
 
 
 def _pkg_config_openblas():
@@ -87,12 +96,34 @@ class BuildExt(build_ext):
         self.compiler._compile = _compile
         try:
             super().build_extensions()
+            self._build_engine_object()
         finally:
             self.compiler._compile = original
         self._write_build_config()
 
+    def _build_engine_object(self):
+        """The engine as one relocatable object for exported TVM libraries: the
+        extension's own objects (built above, hidden visibility) plus the
+        registration constructor, partially linked with `cc -r`."""
+        ext = self.extensions[0]
+        engine = [s for s in ext.sources if s in ENGINE_SOURCES]
+        objs = self.compiler.object_filenames(engine, output_dir=self.build_temp)
+        objs += self.compiler.compile(["src/tvm/kl_tvm_autoreg.c"], output_dir=self.build_temp,
+                                      include_dirs=ext.include_dirs, macros=ext.define_macros,
+                                      extra_postargs=WARN + ["-fPIC"])
+        out_dirs = {os.path.join(ROOT, "kokoro_lstm", "lib"),
+                    os.path.join(self.build_lib, "kokoro_lstm", "lib")}
+        for d in out_dirs:
+            os.makedirs(d, exist_ok=True)
+            self.compiler.spawn([self.compiler.compiler_so[0], "-r", "-nostdlib", "-o",
+                                 os.path.join(d, "kokoro_lstm_tvm.o")] + objs)
+
     def _write_build_config(self):
-        text = f'"""Written by setup.py at build time."""\nBLAS = {BLAS["blas"]!r}\n'
+        libs = ([f"-L{d}" for d in BLAS["library_dirs"]] + [f"-l{n}" for n in BLAS["libraries"]]
+                + [f"-Wl,-rpath,{d}" for d in BLAS["runtime_library_dirs"]])
+        text = (f'"""Written by setup.py at build time."""\nBLAS = {BLAS["blas"]!r}\n'
+                f"# link flags of the engine object (lib/kokoro_lstm_tvm.o) for BLAS\n"
+                f"BLAS_LINK = {libs!r}\n")
         for base in {os.path.join(ROOT, "kokoro_lstm"), os.path.join(self.build_lib, "kokoro_lstm")}:
             if os.path.isdir(base):
                 with open(os.path.join(base, "_build_config.py"), "w") as f:
@@ -100,21 +131,21 @@ class BuildExt(build_ext):
 
 
 BLAS = find_blas()
-sources = sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")) + ["src/python/module.c"]
+sources = ENGINE_SOURCES + ["src/python/module.c"]
 if not any(s.endswith("-avx512f.c") for s in sources):
     raise SystemExit("kernel sources missing")
 
 ext = Extension(
     "kokoro_lstm._core",
     sources=sources,
-    include_dirs=["src/include", "src/core", "src/kernels"] + BLAS["include_dirs"],
+    include_dirs=INCLUDE + BLAS["include_dirs"],
     library_dirs=BLAS["library_dirs"],
     libraries=BLAS["libraries"],
     runtime_library_dirs=BLAS["runtime_library_dirs"],
     define_macros=BLAS["define_macros"],
     extra_compile_args=WARN,
-    extra_link_args=["-pthread"],
-    depends=glob.glob("src/include/*.h") + glob.glob("src/core/*.h") + glob.glob("src/kernels/*.h"),
+    extra_link_args=["-pthread", "-ldl"],
+    depends=[h for d in INCLUDE for h in glob.glob(f"{d}/**/*.h", recursive=True)],
 )
 
 setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})

@@ -1,22 +1,24 @@
-"""NumPy API over the C engine: ``LSTM`` (torch.nn.LSTM semantics, weights
-packed once) and ``lstm_forward`` (one layer, one direction, cached packing).
+"""NumPy API over the C engine: ``LSTM`` (torch.nn.LSTM semantics) and
+``lstm_forward`` (one layer, one direction).
 
-Argument checking lives here so that every error names the argument and the
-expected vs given shape; the C binding re-checks what it relies on.
+Both call the engine's one entry (``_core.forward`` -> ``kl_lstm_forward``),
+which packs weights once into the process-wide, never-stale weight cache (see
+``src/include/kokoro_lstm.h``) and validates every tensor. This module only
+arranges arguments (dtype casts, batch_first, unbatched input, defaults) and
+checks what it needs for that, with messages that name the argument.
 """
 from __future__ import annotations
 
 import math
 import os
 import re
-import threading
 from collections import OrderedDict
 
 import numpy as np
 
 from . import _core
 
-__all__ = ["LSTM", "lstm_forward", "default_num_threads"]
+__all__ = ["LSTM", "lstm_forward", "default_num_threads", "clear_cache", "cache_info"]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.float32}
 
@@ -125,19 +127,56 @@ def _prepare_state(v, name: str, expected, unbatched: bool, io):
     return np.ascontiguousarray(a, dtype=io)
 
 
-def _run(engine, io, x3, batch_first, unbatched, h0, c0, lengths, LD, R, H, DR, nth):
+def _forward(weights, io, x3, batch_first, unbatched, h0, c0, lengths, *, num_layers,
+             bidirectional, has_bias, proj_size, hidden, dtype, nth, reverse=False):
+    """Allocates the outputs and runs the engine's one entry into them."""
     T, B, _ = x3.shape
+    D = 2 if bidirectional else 1
+    R = proj_size or hidden
+    LD = num_layers * D
     if batch_first and not unbatched:
-        out = np.empty((B, T, DR), dtype=io)
-        y = out.transpose(1, 0, 2)
+        out = np.empty((B, T, D * R), dtype=io)
+        x_in = x3.transpose(1, 0, 2)
     else:
-        out = y = np.empty((T, B, DR), dtype=io)
+        out = np.empty((T, B, D * R), dtype=io)
+        x_in = x3
+    if not _core_readable(x_in):
+        x_in = np.ascontiguousarray(x_in)
     h_n = np.empty((LD, B, R), dtype=io)
-    c_n = np.empty((LD, B, H), dtype=io)
-    engine.run(x3, y, h0, c0, h_n, c_n, lengths, nth)
+    c_n = np.empty((LD, B, hidden), dtype=io)
+    _core.forward(x_in, lengths, h0, c0, weights, out, h_n, c_n, num_layers=num_layers,
+                  bidirectional=bidirectional, has_bias=has_bias, proj_size=proj_size,
+                  batch_first=batch_first and not unbatched, reverse=reverse, dtype=dtype,
+                  num_threads=nth)
     if unbatched:
         return out[:, 0, :], h_n[:, 0, :], c_n[:, 0, :]
     return out, h_n, c_n
+
+
+def _core_readable(x) -> bool:
+    """Whether the engine reads x in place: aligned, feature stride 1 and the
+    (time, batch) rows one common stride (anything else is copied first)."""
+    if not x.flags.aligned or x.dtype.byteorder not in "=|":
+        return False
+    isz = x.itemsize
+    T, B, I = x.shape
+    st, sb, si = x.strides
+    if I > 1 and si != isz:
+        return False
+    if T == 1 or B <= 1:
+        return True
+    return (st == B * sb or sb == T * st) and min(st, sb) >= I * isz
+
+
+def clear_cache() -> None:
+    """Drop every packed LSTM from the engine's weight cache (shared by the NumPy API,
+    the torch ops and TVM's native method)."""
+    _core.cache_clear()
+
+
+def cache_info() -> dict:
+    """The weight cache: entries, bytes, and hit/miss/repack counters."""
+    return _core.cache_info()
 
 
 def _expected_shapes(input_size, hidden, num_layers, bias, bidirectional, proj):
@@ -191,9 +230,7 @@ class LSTM:
         if _weights is None:
             _weights = self._random_weights()
         self._state = _weights
-        self._engine = _core.Engine(
-            self.input_size, self.hidden_size, self.num_layers, self.bidirectional,
-            self.proj_size, dtype, self._engine_weights())
+        self._weights = self._engine_weights()
 
     # -- construction --------------------------------------------------------
     @property
@@ -217,15 +254,13 @@ class LSTM:
                            for name, shape in self.expected_shapes().items())
 
     def _engine_weights(self):
-        entries = []
-        for layer in range(self.num_layers):
-            for suffix in ("", "_reverse")[:self._D]:
-                def get(kind):
-                    v = self._state.get(f"{kind}_l{layer}{suffix}")
-                    return None if v is None else np.ascontiguousarray(v, dtype=self._io)
-                entries.append((get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"),
-                                get("weight_hr")))
-        return entries
+        """The engine's weight list (layer-major: w_ih, w_hh, [b_ih, b_hh], [w_hr]) in the
+        io dtype: the arrays of the state itself when they already are."""
+        kinds = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) + (
+            ["weight_hr"] if self.proj_size else [])
+        return [np.ascontiguousarray(self._state[f"{kind}_l{layer}{suffix}"], dtype=self._io)
+                for layer in range(self.num_layers) for suffix in ("", "_reverse")[:self._D]
+                for kind in kinds]
 
     @classmethod
     def from_state_dict(cls, state_dict, *, batch_first=False, dtype="float32", num_threads=None):
@@ -304,61 +339,13 @@ class LSTM:
             h0 = _prepare_state(hx[0], "h0", (LD, B, R), unbatched, self._io)
             c0 = _prepare_state(hx[1], "c0", (LD, B, H), unbatched, self._io)
         lengths = _prepare_lengths(lengths, B, T, unbatched)
-        out, h_n, c_n = _run(self._engine, self._io, x3, self.batch_first, unbatched, h0, c0,
-                             lengths, LD, R, H, self._D * R, nth)
+        out, h_n, c_n = _forward(self._weights, self._io, x3, self.batch_first, unbatched, h0, c0,
+                                 lengths, num_layers=self.num_layers,
+                                 bidirectional=self.bidirectional, has_bias=self.bias,
+                                 proj_size=self.proj_size, hidden=H, dtype=self.dtype, nth=nth)
         return out, (h_n, c_n)
 
     forward = __call__
-
-
-# ---- lstm_forward and its weight cache ------------------------------------------
-
-class _WeightCache:
-    """Packed engines keyed by the weight arrays' address, shape, strides and
-    dtype. A hit is used only after its saved copy compares byte-equal with
-    the current contents, so in-place mutation or freed-and-reused memory can
-    never give stale results."""
-
-    def __init__(self, capacity=16):
-        self.capacity = capacity
-        self._lock = threading.Lock()
-        self._entries: "OrderedDict[tuple, tuple]" = OrderedDict()
-
-    @staticmethod
-    def _key(arrays, extra):
-        parts = [extra]
-        for a in arrays:
-            parts.append(None if a is None else
-                         (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str))
-        return tuple(parts)
-
-    def get(self, arrays, extra, build):
-        key = self._key(arrays, extra)
-        contiguous = [None if a is None else np.ascontiguousarray(a) for a in arrays]
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None:
-                engine, saved = hit
-                if all((a is None and s is None) or
-                       (a is not None and s is not None and _core.bytes_equal(a, s))
-                       for a, s in zip(contiguous, saved)):
-                    self._entries.move_to_end(key)
-                    return engine
-                del self._entries[key]
-        engine = build()
-        saved = [None if a is None else a.copy() for a in contiguous]
-        with self._lock:
-            self._entries[key] = (engine, saved)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-        return engine
-
-    def clear(self):
-        with self._lock:
-            self._entries.clear()
-
-
-_cache = _WeightCache()
 
 
 def lstm_forward(x, w_ih, w_hh, b_ih=None, b_hh=None, h0=None, c0=None, *, reverse=False,
@@ -368,7 +355,9 @@ def lstm_forward(x, w_ih, w_hh, b_ih=None, b_hh=None, h0=None, c0=None, *, rever
     x is [T, B, I] ([B, T, I] if batch_first, [T, I] unbatched); w_ih [4H, I],
     w_hh [4H, H], b_ih/b_hh [4H], h0/c0 [B, H] ([H] unbatched). Computes in
     float64 if ``dtype`` is "float64" (default: when x is float64), else float32.
-    Weights are packed once and cached (see _WeightCache).
+    Weights are packed once and cached by the engine, keyed on the arrays' memory,
+    never stale: a hit is used only if the weights' bytes are unchanged (arrays
+    already in the compute dtype are used in place; others are converted per call).
     """
     nth = _num_threads(num_threads)
     xa = _as_array(x, "x")
@@ -400,10 +389,21 @@ def lstm_forward(x, w_ih, w_hh, b_ih=None, b_hh=None, h0=None, c0=None, *, rever
         states.append(v)
     lengths = _prepare_lengths(lengths, B, T, unbatched)
 
-    def build():
-        as_io = [None if a is None else np.ascontiguousarray(a, dtype=io) for a in (w_ih, w_hh, *biases)]
-        return _core.Engine(I, H, 1, False, 0, dtype, [(*as_io, None)], bool(reverse))
-
-    engine = _cache.get([w_ih, w_hh, *biases], (dtype, bool(reverse)), build)
-    y, h_n, c_n = _run(engine, io, x3, batch_first, unbatched, *states, lengths, 1, H, H, H, nth)
+    if (biases[0] is None) != (biases[1] is None):  # one bias alone: the other is zero
+        biases = [np.zeros(4 * H, dtype=io) if b is None else b for b in biases]
+    weights = [_as_io(a, io) for a in (w_ih, w_hh, *biases) if a is not None]
+    y, h_n, c_n = _forward(weights, io, x3, batch_first, unbatched, *states, lengths, num_layers=1,
+                           bidirectional=False, has_bias=biases[0] is not None, proj_size=0,
+                           hidden=H, dtype=dtype, nth=nth, reverse=bool(reverse))
     return y, h_n[0], c_n[0]
+
+
+def _as_io(a: np.ndarray, io) -> np.ndarray:
+    """a in the io dtype, in place when it already is and the engine reads its rows
+    (unit element stride, positive row stride); else a contiguous copy."""
+    if a.dtype == io and a.flags.aligned and a.dtype.byteorder in "=|" and (
+            a.ndim == 1 and a.strides[0] > 0 or
+            a.ndim == 2 and (a.shape[1] == 1 or a.strides[1] == a.itemsize)
+            and (a.shape[0] == 1 or a.strides[0] >= a.shape[1] * a.itemsize)):
+        return a
+    return np.ascontiguousarray(a, dtype=io)

@@ -131,6 +131,13 @@ kl_f32_rsum_fn kl_select_rsum(void) {
   return kl_f32_rsum__scalar;
 }
 
+kl_fp_ukernel_fn kl_select_fp(void) {
+#ifdef KL_HAVE_X86
+  if (kl_isa_active() >= KL_ISA_AVX2) return kl_u64_fingerprint__avx2fma;
+#endif
+  return kl_u64_fingerprint__scalar;
+}
+
 void kl_f32_activation(int kind, size_t n, const float* x, float* y) {
   (kind == 0 ? kl_select_vsigmoid() : kl_select_vtanh())(n, x, y);
 }

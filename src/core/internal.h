@@ -68,6 +68,47 @@ kl_f32_vunary_fn kl_select_vtanh(void);
 typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
 kl_f32_rsum_fn kl_select_rsum(void);
 
+/* ---- weights as found in caller memory (packing input) ---- */
+/* One (layer, direction): row strides in elements (feature stride 1) for the
+ * matrices, an element stride for the biases. */
+typedef struct kl_wsrc {
+  const void *w_ih, *w_hh, *b_ih, *b_hh, *w_hr;
+  int64_t ld_ih, ld_hh, ld_hr, s_bi, s_bh;
+} kl_wsrc;
+
+/* W_ih as the input GEMM reads it for one (layer, direction): gate g's H rows
+ * start at w + g*gstride*ld, row stride ld (elements). */
+typedef struct kl_wih_view {
+  const void* w;
+  int64_t ld, gstride;
+} kl_wih_view;
+
+/* Packs; with borrow_wih the packed object holds no W_ih (float32/float64
+ * without the bfloat16 GEMM) and every run must pass views of it. */
+kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* w, int borrow_wih, kl_lstm** out);
+/* 1 if kl_lstm_pack(borrow_wih = 1) would borrow W_ih for this desc. */
+int kl_lstm_can_borrow_wih(const kl_lstm_desc* desc);
+/* Bytes held by a packed object. */
+size_t kl_lstm_packed_bytes(const kl_lstm* m);
+/* kl_lstm_run with W_ih views ([num_layers * D], or NULL for the packed W_ih). */
+kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih_view* wih);
+
+/* 128-bit fingerprint of strided rows of bytes (the weight cache's staleness
+ * check; fingerprint.c). Deterministic: independent of the thread count. */
+typedef struct kl_region {
+  const void* p;
+  int64_t rows, row_bytes, stride_bytes;
+} kl_region;
+typedef struct kl_fp128 { uint64_t lo, hi; } kl_fp128;
+kl_status kl_fingerprint(const kl_region* regions, int n, int nth, kl_fp128* result);
+/* The fingerprint kernel: folds n bytes (n % 32 == 0) into acc[8]. */
+typedef void (*kl_fp_ukernel_fn)(const void* p, size_t n, uint64_t* acc);
+kl_fp_ukernel_fn kl_select_fp(void);
+void kl_u64_fingerprint__scalar(const void*, size_t, uint64_t*);
+#if defined(__x86_64__) || defined(_M_X64)
+void kl_u64_fingerprint__avx2fma(const void*, size_t, uint64_t*);
+#endif
+
 /* ---- thread pool (threadpool.c) ---- */
 typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
 /* Runs fn(ctx, i, nth) for i in [0, nth) on the persistent pool; the caller

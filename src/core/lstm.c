@@ -9,7 +9,9 @@
  * sequence whatever the thread count, so results are bitwise reproducible.
  *
  * Packed layouts (Hp = round_up(H, 16), Pp = round_up(P, 16)):
- *   W_ih  [D*4*Hp, I] io type, row d*4*Hp + g*Hp + u (zero rows for u >= H)
+ *   W_ih  [D*4*Hp, I] io type, row d*4*Hp + g*Hp + u (zero rows for u >= H);
+ *         not held at all when borrowed (kl_lstm_pack): the GEMM then reads the
+ *         caller's W_ih in place on every run, gate block by gate block
  *   W_hh  f32/f64: [(blk*R + k)*64 + g*16 + lane];  bf16: see bf16-lstmcell-scalar.c
  *   W_hr  f32/f64: [(blk*H + j)*16 + lane];         bf16: see bf16-lstmcell-scalar.c
  *   bias  [4*Hp] = b_ih + b_hh
@@ -40,6 +42,8 @@ struct kl_lstm {
   size_t wesz; /* panel element size */
   kl_wtype wt;
   kl_kernels k;
+  int borrowed; /* W_ih is read from the caller's memory on every run */
+  size_t bytes; /* held by the packed weights */
   kl_layer* layers;
 };
 
@@ -66,6 +70,14 @@ static void* xalloc(size_t bytes) {
   return p;
 }
 
+/* xalloc, counted in m->bytes. */
+static void* malloc_packed(kl_lstm* m, size_t bytes) {
+  m->bytes += kl_round_up(bytes ? bytes : 64, 64);
+  return xalloc(bytes);
+}
+
+size_t kl_lstm_packed_bytes(const kl_lstm* m) { return m->bytes; }
+
 /* Reads element i of an io-typed array as double (packing is not hot). */
 static double ld(const void* a, size_t i, size_t esz) {
   return esz == sizeof(double) ? ((const double*)a)[i] : (double)((const float*)a)[i];
@@ -83,12 +95,12 @@ static void pack_one(void* dst, size_t di, kl_wtype wt, const void* src, size_t 
   }
 }
 
-/* W_hh [4H, R] -> panels. */
-static void* pack_whh(const kl_lstm* m, const void* w) {
+/* W_hh [4H, R] (row stride ld) -> panels. */
+static void* pack_whh(kl_lstm* m, const void* w, size_t ld) {
   const size_t H = m->H, R = m->R, nblk = m->Hp / KL_NR;
   if (m->wt == KL_W_BF16) {
     const size_t npair = (R + 1) / 2;
-    uint16_t* p = xalloc(nblk * npair * 128 * sizeof(uint16_t));
+    uint16_t* p = malloc_packed(m, nblk * npair * 128 * sizeof(uint16_t));
     if (!p) return NULL;
     for (size_t blk = 0; blk < nblk; blk++)
       for (size_t k = 0; k < R; k++)
@@ -97,42 +109,42 @@ static void* pack_whh(const kl_lstm* m, const void* w) {
             const size_t u = blk * KL_NR + l;
             if (u < H)
               pack_one(p, ((blk * npair + k / 2) * 4 + g) * 32 + l * 2 + (k & 1), m->wt, w,
-                       (g * H + u) * R + k);
+                       (g * H + u) * ld + k);
           }
     return p;
   }
-  void* p = xalloc(nblk * R * 64 * m->wesz);
+  void* p = malloc_packed(m, nblk * R * 64 * m->wesz);
   if (!p) return NULL;
   for (size_t blk = 0; blk < nblk; blk++)
     for (size_t k = 0; k < R; k++)
       for (size_t g = 0; g < 4; g++)
         for (size_t l = 0; l < KL_NR; l++) {
           const size_t u = blk * KL_NR + l;
-          if (u < H) pack_one(p, (blk * R + k) * 64 + g * 16 + l, m->wt, w, (g * H + u) * R + k);
+          if (u < H) pack_one(p, (blk * R + k) * 64 + g * 16 + l, m->wt, w, (g * H + u) * ld + k);
         }
   return p;
 }
 
-/* W_hr [P, H] -> panels. */
-static void* pack_whr(const kl_lstm* m, const void* w) {
+/* W_hr [P, H] (row stride ld) -> panels. */
+static void* pack_whr(kl_lstm* m, const void* w, size_t ld) {
   const size_t H = m->H, P = m->P, nblk = m->Pp / KL_NR;
   if (m->wt == KL_W_BF16) {
     const size_t npair = (H + 1) / 2;
-    uint16_t* p = xalloc(nblk * npair * 32 * sizeof(uint16_t));
+    uint16_t* p = malloc_packed(m, nblk * npair * 32 * sizeof(uint16_t));
     if (!p) return NULL;
     for (size_t blk = 0; blk < nblk; blk++)
       for (size_t j = 0; j < H; j++)
         for (size_t l = 0; l < KL_NR && blk * KL_NR + l < P; l++)
           pack_one(p, (blk * npair + j / 2) * 32 + l * 2 + (j & 1), m->wt, w,
-                   (blk * KL_NR + l) * H + j);
+                   (blk * KL_NR + l) * ld + j);
     return p;
   }
-  void* p = xalloc(nblk * H * 16 * m->wesz);
+  void* p = malloc_packed(m, nblk * H * 16 * m->wesz);
   if (!p) return NULL;
   for (size_t blk = 0; blk < nblk; blk++)
     for (size_t j = 0; j < H; j++)
       for (size_t l = 0; l < KL_NR && blk * KL_NR + l < P; l++)
-        pack_one(p, (blk * H + j) * 16 + l, m->wt, w, (blk * KL_NR + l) * H + j);
+        pack_one(p, (blk * H + j) * 16 + l, m->wt, w, (blk * KL_NR + l) * ld + j);
   return p;
 }
 
@@ -154,14 +166,43 @@ void kl_lstm_free(kl_lstm* m) {
   free(m);
 }
 
+static int desc_ok(const kl_lstm_desc* desc) {
+  return desc->input_size >= 1 && desc->hidden_size >= 1 && desc->num_layers >= 1 &&
+         (desc->bidirectional == 0 || desc->bidirectional == 1) && desc->proj_size >= 0 &&
+         desc->proj_size < desc->hidden_size && desc->dtype >= KL_F32 && desc->dtype <= KL_BF16 &&
+         !(desc->reverse && desc->bidirectional);
+}
+
+static kl_wtype weight_type(kl_dtype dt) {
+  return dt == KL_F64 ? KL_W_F64 : dt == KL_BF16 ? KL_W_BF16 : KL_W_F32;
+}
+
+int kl_lstm_can_borrow_wih(const kl_lstm_desc* desc) {
+  return kl_select_kernels(weight_type(desc->dtype)).gemm == NULL;
+}
+
 kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl_lstm** out) {
   if (!desc || !weights || !out) return KL_ERR_ARG;
   *out = NULL;
-  if (desc->input_size < 1 || desc->hidden_size < 1 || desc->num_layers < 1 ||
-      (desc->bidirectional != 0 && desc->bidirectional != 1) || desc->proj_size < 0 ||
-      desc->proj_size >= desc->hidden_size || desc->dtype < KL_F32 || desc->dtype > KL_BF16 ||
-      (desc->reverse && desc->bidirectional))
-    return KL_ERR_ARG;
+  if (!desc_ok(desc)) return KL_ERR_ARG;
+  const int D = desc->bidirectional ? 2 : 1, n = desc->num_layers * D;
+  const int64_t R = desc->proj_size ? desc->proj_size : desc->hidden_size;
+  kl_wsrc* w = calloc((size_t)n, sizeof(kl_wsrc));
+  if (!w) return KL_ERR_NOMEM;
+  for (int i = 0; i < n; i++) {
+    w[i] = (kl_wsrc){weights[i].w_ih, weights[i].w_hh, weights[i].b_ih, weights[i].b_hh,
+                     weights[i].w_hr, i < D ? desc->input_size : D * R, R, desc->hidden_size, 1, 1};
+  }
+  kl_status s = kl_lstm_pack(desc, w, 0, out);
+  free(w);
+  return s;
+}
+
+kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int borrow_wih,
+                       kl_lstm** out) {
+  if (!desc || !weights || !out) return KL_ERR_ARG;
+  *out = NULL;
+  if (!desc_ok(desc)) return KL_ERR_ARG;
   const int D = desc->bidirectional ? 2 : 1;
   for (int i = 0; i < desc->num_layers * D; i++) {
     if (!weights[i].w_ih || !weights[i].w_hh) return KL_ERR_ARG;
@@ -178,34 +219,39 @@ kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl
   m->R = m->P ? m->P : m->H;
   m->Rs = kl_round_up(m->R, KL_NR);
   m->esz = kl_dtype_io_size(desc->dtype);
-  m->wt = desc->dtype == KL_F64 ? KL_W_F64 : desc->dtype == KL_BF16 ? KL_W_BF16 : KL_W_F32;
+  m->wt = weight_type(desc->dtype);
   m->wesz = m->wt == KL_W_F64 ? 8 : m->wt == KL_W_BF16 ? 2 : 4;
   m->k = kl_select_kernels(m->wt);
+  m->borrowed = borrow_wih && m->k.gemm == NULL;
   m->layers = calloc((size_t)desc->num_layers, sizeof(kl_layer));
   if (!m->layers) goto nomem;
   const size_t H = m->H, Hp = m->Hp;
   for (int l = 0; l < desc->num_layers; l++) {
     kl_layer* L = &m->layers[l];
     L->in_size = l == 0 ? (size_t)desc->input_size : (size_t)D * m->R;
-    L->w_ih = xalloc((size_t)D * 4 * Hp * L->in_size * m->esz);
-    if (!L->w_ih) goto nomem;
+    if (!m->borrowed) {
+      L->w_ih = malloc_packed(m, (size_t)D * 4 * Hp * L->in_size * m->esz);
+      if (!L->w_ih) goto nomem;
+    }
     if (m->k.gemm) {
       const size_t Kp = (L->in_size + 1) / 2, N = (size_t)D * 4 * Hp;
-      L->w_ih_bf16 = xalloc(N * Kp * 2 * sizeof(uint16_t));
+      L->w_ih_bf16 = malloc_packed(m, N * Kp * 2 * sizeof(uint16_t));
       if (!L->w_ih_bf16) goto nomem;
     }
     for (int d = 0; d < D; d++) {
-      const kl_weights* w = &weights[l * D + d];
-      for (size_t g = 0; g < 4; g++)
-        for (size_t u = 0; u < H; u++)
-          memcpy((char*)L->w_ih + (((size_t)d * 4 * Hp + g * Hp + u) * L->in_size) * m->esz,
-                 (const char*)w->w_ih + ((g * H + u) * L->in_size) * m->esz, L->in_size * m->esz);
-      L->bias[d] = xalloc(4 * Hp * m->esz);
+      const kl_wsrc* w = &weights[l * D + d];
+      const size_t ld_ih = (size_t)w->ld_ih;
+      if (L->w_ih)
+        for (size_t g = 0; g < 4; g++)
+          for (size_t u = 0; u < H; u++)
+            memcpy((char*)L->w_ih + (((size_t)d * 4 * Hp + g * Hp + u) * L->in_size) * m->esz,
+                   (const char*)w->w_ih + ((g * H + u) * ld_ih) * m->esz, L->in_size * m->esz);
+      L->bias[d] = malloc_packed(m, 4 * Hp * m->esz);
       if (!L->bias[d]) goto nomem;
       for (size_t g = 0; g < 4; g++)
         for (size_t u = 0; u < H; u++) {
-          const double bi = w->b_ih ? ld(w->b_ih, g * H + u, m->esz) : 0.0;
-          const double bh = w->b_hh ? ld(w->b_hh, g * H + u, m->esz) : 0.0;
+          const double bi = w->b_ih ? ld(w->b_ih, (g * H + u) * (size_t)w->s_bi, m->esz) : 0.0;
+          const double bh = w->b_hh ? ld(w->b_hh, (g * H + u) * (size_t)w->s_bh, m->esz) : 0.0;
           st(L->bias[d], g * Hp + u, bi + bh, m->esz);
         }
       if (L->w_ih_bf16) { /* row n = d*4Hp + g*Hp + u of w_ih -> panel column n */
@@ -213,16 +259,16 @@ kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl
         for (size_t g = 0; g < 4; g++)
           for (size_t u = 0; u < H; u++) {
             const size_t n = (size_t)d * 4 * Hp + g * Hp + u;
-            const float* row = (const float*)w->w_ih + (g * H + u) * L->in_size;
+            const float* row = (const float*)w->w_ih + (g * H + u) * ld_ih;
             for (size_t k = 0; k < L->in_size; k++)
               L->w_ih_bf16[(((n / 64) * Kp + k / 2) * 4 + (n % 64) / 16) * 32 + (n % 16) * 2 + (k & 1)] =
                   kl_f32_to_bf16(row[k]);
           }
       }
-      L->w_hh[d] = pack_whh(m, w->w_hh);
+      L->w_hh[d] = pack_whh(m, w->w_hh, (size_t)w->ld_hh);
       if (!L->w_hh[d]) goto nomem;
       if (m->P) {
-        L->w_hr[d] = pack_whr(m, w->w_hr);
+        L->w_hr[d] = pack_whr(m, w->w_hr, (size_t)w->ld_hr);
         if (!L->w_hr[d]) goto nomem;
       }
     }
@@ -239,6 +285,7 @@ nomem:
 typedef struct run_ctx {
   const kl_lstm* m;
   const kl_layer* L;
+  const kl_wih_view* wv; /* [D]: this layer's W_ih, as the GEMM reads it */
   int64_t T, B;
   const int64_t* len; /* [B] */
   const int32_t* ord; /* [B], batch indices by decreasing length */
@@ -265,15 +312,15 @@ typedef struct run_ctx {
   int32_t* mine;       /* [nth][B] */
 } run_ctx;
 
-/* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T. */
+/* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T (ldb). */
 static void gemm(const kl_lstm* m, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-                 const void* Bm, void* C, int64_t ldc) {
+                 const void* Bm, int64_t ldb, void* C, int64_t ldc) {
   if (m->esz == sizeof(double))
     kl_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, A,
-                   (int)lda, Bm, (int)K, 0.0, C, (int)ldc);
+                   (int)lda, Bm, (int)ldb, 0.0, C, (int)ldc);
   else
     kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A,
-                   (int)lda, Bm, (int)K, 0.0f, C, (int)ldc);
+                   (int)lda, Bm, (int)ldb, 0.0f, C, (int)ldc);
 }
 
 static void split(size_t n, int i, int p, size_t* lo, size_t* hi) {
@@ -422,37 +469,59 @@ int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t
 /* Input gates of every direction, in tiles dealt to all nth threads. Tiles
  * depend on the problem's shape only, never on the thread count, so neither
  * do the results. Each BLAS call repacks its A rows, so few rows
- * (M < GEMM_SPLIT_M) are split by columns, many by rows and columns. */
+ * (M < GEMM_SPLIT_M) are split by columns, many by rows and columns. Columns
+ * are tiled within each (direction, gate) block of H units, so W_ih can be
+ * read where it lies (the caller's [4H, I] or the packed copy); the padding
+ * columns [H, Hp) of each block are zeroed. */
 #define GEMM_SPLIT_M 1024
 #define GEMM_MC 512       /* rows per tile when M >= GEMM_SPLIT_M */
 #define GEMM_NC_SMALL 128 /* columns per tile when M < GEMM_SPLIT_M */
 #define GEMM_NC_LARGE 512 /* columns per tile when M >= GEMM_SPLIT_M */
 static void input_gates(const run_ctx* x, int ith, int nth) {
   const kl_lstm* m = x->m;
-  const size_t esz = m->esz, K = x->L->in_size, N = (size_t)m->D * 4 * m->Hp;
+  const size_t esz = m->esz, K = x->L->in_size, Hp = m->Hp, H = m->H;
   const int64_t M = x->T * x->B;
   const int64_t mc = M < GEMM_SPLIT_M ? M : GEMM_MC;
-  const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
-  const int64_t nm = (M + mc - 1) / mc, nn = ((int64_t)N + ncol - 1) / ncol;
-  for (int64_t task = ith; task < nm * nn; task += nth) {
-    const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
-    const int64_t mr = M - r0 < mc ? M - r0 : mc;
-    const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
-    if (m->k.gemm) {
-      const size_t Kp = (K + 1) / 2;
+  const int64_t nm = (M + mc - 1) / mc;
+  if (m->k.gemm) { /* bfloat16 panels over all D*4*Hp columns (padding rows are zero) */
+    const size_t N = (size_t)m->D * 4 * Hp, Kp = (K + 1) / 2;
+    const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
+    const int64_t nn = ((int64_t)N + ncol - 1) / ncol;
+    for (int64_t task = ith; task < nm * nn; task += nth) {
+      const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
+      const int64_t mr = M - r0 < mc ? M - r0 : mc;
+      const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
       m->k.gemm((size_t)mr, (size_t)nc, Kp, x->xb + (size_t)r0 * Kp,
                 x->L->w_ih_bf16 + ((size_t)c0 / 64) * Kp * 128,
                 (float*)x->G + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
-      continue;
     }
+    return;
+  }
+  const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
+  const int64_t tpb = ((int64_t)H + ncol - 1) / ncol; /* column tiles per gate block */
+  const int64_t nn = (int64_t)m->D * 4 * tpb;
+  for (int64_t task = ith; task < nm * nn; task += nth) {
+    const int64_t r0 = (task / nn) * mc, ct = task % nn;
+    const int64_t blk = ct / tpb, c0 = (ct % tpb) * ncol, d = blk / 4, g = blk % 4;
+    const int64_t mr = M - r0 < mc ? M - r0 : mc;
+    const int64_t nc = (int64_t)H - c0 < ncol ? (int64_t)H - c0 : ncol;
+    const kl_wih_view* v = &x->wv[d];
+    char* C = x->G + ((size_t)r0 * x->ldg + (size_t)blk * Hp + (size_t)c0) * esz;
     gemm(m, mr, nc, (int64_t)K, x->in + (size_t)(r0 * x->lda) * esz, x->lda,
-         (const char*)x->L->w_ih + (size_t)c0 * K * esz,
-         (char*)x->G + ((size_t)r0 * x->ldg + (size_t)c0) * esz, (int64_t)x->ldg);
+         (const char*)v->w + (size_t)((g * v->gstride + c0) * v->ld) * esz, v->ld, C,
+         (int64_t)x->ldg);
+    if (c0 + nc == (int64_t)H && Hp > H)
+      for (int64_t r = 0; r < mr; r++) memset(C + ((size_t)r * x->ldg + (size_t)nc) * esz, 0, (Hp - H) * esz);
   }
 }
 
 kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
+  return m && m->borrowed ? KL_ERR_ARG : kl_lstm_run_views(m, a, NULL);
+}
+
+kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih_view* wih) {
   if (!m || !a || a->T < 1 || a->B < 0 || !a->x || !a->y || a->num_threads < 1) return KL_ERR_ARG;
+  if (m->borrowed && !wih) return KL_ERR_ARG;
   if (a->B == 0) return KL_OK;
   const int64_t T = a->T, B = a->B;
   const int D = m->D, nl = m->desc.num_layers;
@@ -509,8 +578,17 @@ kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
     x.hfull[d] = x.c[d] + (size_t)B * Hp * esz;
   }
 
+  kl_wih_view own[2];
   for (int l = 0; l < nl; l++) {
     const kl_layer* L = &m->layers[l];
+    if (m->borrowed) {
+      x.wv = wih + (size_t)l * (size_t)D;
+    } else {
+      for (int d = 0; d < D; d++)
+        own[d] = (kl_wih_view){(const char*)L->w_ih + (size_t)d * 4 * Hp * L->in_size * esz,
+                               (int64_t)L->in_size, (int64_t)Hp};
+      x.wv = own;
+    }
     if (l == 0) {
       x.in = a->x;
       x.lda = ld0;

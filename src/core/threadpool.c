@@ -9,10 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
-#include <unistd.h>
+
 #endif
 
 #include "internal.h"
@@ -135,6 +136,23 @@ static int ensure_workers(kl_pool* p, int n) {
   return 1;
 }
 
+/* fork: the child has only the forking thread, so it starts with no workers
+ * (they are created again on its first parallel call). prepare takes the job
+ * lock, so no job is half-announced when the process is copied. */
+static void atfork_prepare(void) { pthread_mutex_lock(&g_pool.job_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&g_pool.job_lock); }
+static void atfork_child(void) {
+  kl_pool* p = &g_pool;
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_cond_init(&p->wake, NULL);
+  atomic_store(&p->sleepers, 0);
+  atomic_store(&p->pending, 0);
+  p->n_workers = 0;
+  pthread_mutex_unlock(&p->job_lock);
+}
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void install_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
 kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   if (nth < 1) nth = 1;
   if (nth > KL_MAX_THREADS) nth = KL_MAX_THREADS;
@@ -142,6 +160,7 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
     fn(ctx, 0, 1);
     return KL_OK;
   }
+  pthread_once(&g_atfork_once, install_atfork);
   kl_pool* p = &g_pool;
   pthread_mutex_lock(&p->job_lock);
   if (!ensure_workers(p, nth - 1)) {
@@ -210,4 +229,35 @@ void kl_barrier_wait(kl_barrier* b) {
   atomic_fetch_add(&b->sleepers, 1);
   while (atomic_load(&b->phase) == phase) wait_on(&b->phase, phase);
   atomic_fetch_sub(&b->sleepers, 1);
+}
+
+/* ---- default thread count ---- */
+static atomic_int g_num_threads; /* 0: not set */
+
+static int usable_cpus(void) {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+#ifdef _SC_NPROCESSORS_ONLN
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n > 0) return n > KL_MAX_THREADS ? KL_MAX_THREADS : (int)n;
+#endif
+  return 1;
+}
+
+int kl_get_num_threads(void) {
+  const int n = atomic_load(&g_num_threads);
+  if (n > 0) return n;
+  const char* env = getenv("KOKORO_LSTM_NUM_THREADS");
+  if (env && *env) {
+    char* end;
+    const long v = strtol(env, &end, 10);
+    if (*end == 0 && v >= 1) return v > KL_MAX_THREADS ? KL_MAX_THREADS : (int)v;
+  }
+  return usable_cpus();
+}
+
+void kl_set_num_threads(int n) {
+  atomic_store(&g_num_threads, n < 0 ? 0 : n > KL_MAX_THREADS ? KL_MAX_THREADS : n);
 }

@@ -10,12 +10,18 @@
  *
  * A packed kl_lstm is immutable: kl_lstm_run may be called on the same object
  * from several threads at once.
+ *
+ * The one road for integrations (NumPy, torch, TVM): kl_lstm_forward runs a
+ * whole LSTM on DLPack tensors, destination-passing, with the weights packed
+ * once and kept in a process-wide cache that is never stale (see below).
  */
 #ifndef KOKORO_LSTM_H
 #define KOKORO_LSTM_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <dlpack/dlpack.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +91,85 @@ typedef struct kl_run_args {
 } kl_run_args;
 
 kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
+
+/* ---- the one entry: a whole LSTM over DLPack tensors --------------------------
+ *
+ * Tensors are CPU DLTensors (kDLCPU) of any strides the engine can read in place
+ * (x: any layout whose (t, b) rows form one strided sequence, feature stride 1;
+ * anything else is rejected with a message). Every shape, dtype, stride and
+ * length is validated here, once; on failure the status is KL_ERR_ARG and
+ * kl_last_error() names the argument.
+ *
+ *   x        [T, B, I] ([B, T, I] if batch_first), float32 (KL_F32, KL_BF16) or
+ *            float64 (KL_F64)
+ *   lengths  int64 [B], each in 1..T, or NULL (pack_padded_sequence semantics)
+ *   h0, c0   [L*D, B, R] / [L*D, B, H] or NULL (zeros)
+ *   weights  num_layers * D groups, layer-major, each: w_ih [4H, I_l],
+ *            w_hh [4H, R], then b_ih [4H], b_hh [4H] if has_bias, then
+ *            w_hr [P, H] if proj_size > 0. Rows may have any stride (feature
+ *            stride 1); any other layout is rejected.
+ *   y        [T, B, D*R] ([B, T, D*R] if batch_first), written
+ *   h_n, c_n [L*D, B, R] / [L*D, B, H], written, or NULL
+ *
+ * Weights are packed on first use and cached, keyed on the weights' addresses,
+ * shapes and strides. The cache is never stale: unless constant_weights is set,
+ * a hit is used only after a 128-bit fingerprint of the cached weights' current
+ * bytes matches the one taken *before* they were packed (float32/float64 W_ih is
+ * not copied at all: the input GEMM reads it in place on every call). A call
+ * that overlaps a write to the weights may see either weights; once writes
+ * stop, every call is right. constant_weights = 1 is the caller's promise that
+ * the weights never change while their memory lives (compile-time constants of
+ * a TVM module); keepalive, if set, is retained for the life of the cache entry
+ * so that the memory cannot be freed and reused while it is cached. */
+typedef struct kl_keepalive {
+  void* handle;
+  void (*retain)(void* handle);
+  void (*release)(void* handle);
+} kl_keepalive;
+
+typedef struct kl_forward_args {
+  int num_layers;       /* L >= 1 */
+  int bidirectional;    /* 0 or 1 */
+  int reverse;          /* unidirectional only: run backwards */
+  int has_bias;         /* 0 or 1 */
+  int proj_size;        /* 0 or P */
+  int batch_first;      /* x and y are [B, T, ...] */
+  int constant_weights; /* see above */
+  kl_dtype dtype;       /* KL_F32, KL_F64, or KL_BF16 (float32 tensors, bf16 weights) */
+  int num_threads;      /* >= 1, or 0 for kl_get_num_threads() */
+  const DLTensor* x;
+  const DLTensor* lengths;
+  const DLTensor* h0;
+  const DLTensor* c0;
+  const DLTensor* const* weights;
+  int num_weights;
+  DLTensor* y;
+  DLTensor* h_n;
+  DLTensor* c_n;
+  const kl_keepalive* keepalive; /* constant_weights only; may be NULL */
+} kl_forward_args;
+
+kl_status kl_lstm_forward(const kl_forward_args* args);
+
+/* The message of this thread's last failed kl_lstm_forward (or ""). */
+const char* kl_last_error(void);
+
+/* Weight cache: drop every entry not in use; counters since start or clear. */
+typedef struct kl_cache_stats {
+  int64_t entries, bytes, hits, misses, repacks;
+} kl_cache_stats;
+void kl_cache_clear(void);
+kl_cache_stats kl_cache_get_stats(void);
+/* Test hook: called after packing, before the entry is cached (a write injected
+ * here must be detected by the next call). NULL to remove. */
+void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
+
+/* Process-wide default thread count for calls that pass num_threads = 0:
+ * KOKORO_LSTM_NUM_THREADS if set to a positive integer, else the CPUs this
+ * process may run on; kl_set_num_threads(n >= 1) overrides it, n = 0 restores
+ * the default. */
+int kl_get_num_threads(void);
+void kl_set_num_threads(int n);
 
 /* 1 if an input with these element strides (feature stride 1) can be read in
  * place by kl_lstm_run, i.e. its (t, b) rows form one strided sequence with a

@@ -1,0 +1,198 @@
+/* The process-wide weight cache: packed LSTMs keyed on where the caller's
+ * weights lie (addresses, shapes, strides) and how they are to be packed.
+ *
+ * Never stale: an untrusted entry carries the fingerprint of the weights'
+ * bytes taken *before* they were packed; a hit is used only after the current
+ * bytes give the same fingerprint, else the entry is dropped and the weights
+ * are packed again. A write racing with packing therefore can only make the
+ * next call repack (its fingerprint no longer matches), never serve weights
+ * packed from bytes the fingerprint did not see. Trusted entries (constant
+ * weights) skip the check and hold their keepalive until evicted.
+ *
+ * Entries are reference counted: a call holds its entry while it runs, so
+ * eviction or replacement by another thread never frees weights in use. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "cache.h"
+
+#define KL_CACHE_CAPACITY 64
+
+struct kl_centry {
+  int64_t* key;
+  size_t key_len;
+  kl_lstm* m;
+  kl_fp128 fp;
+  int trusted;
+  int refs;          /* the table's reference + one per call in flight */
+  int in_table;
+  uint64_t last_use;
+  kl_keepalive ka;   /* trusted entries: retained while the entry lives */
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static kl_centry* g_table[KL_CACHE_CAPACITY];
+static int g_n;
+static uint64_t g_clock;
+static kl_cache_stats g_stats;
+static void (*g_hook)(void*);
+static void* g_hook_ctx;
+
+static void atfork_prepare(void) { pthread_mutex_lock(&g_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
+static void atfork_child(void) { pthread_mutex_unlock(&g_lock); }
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void install_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+static void entry_free(kl_centry* e) {
+  if (e->ka.release) e->ka.release(e->ka.handle);
+  kl_lstm_free(e->m);
+  free(e->key);
+  free(e);
+}
+
+/* Drops one reference; frees at zero. Caller holds g_lock. */
+static int unref_locked(kl_centry* e) { return --e->refs == 0; }
+
+static void remove_locked(int i) {
+  kl_centry* e = g_table[i];
+  e->in_table = 0;
+  g_stats.entries--;
+  g_stats.bytes -= (int64_t)kl_lstm_packed_bytes(e->m);
+  g_table[i] = g_table[--g_n];
+  if (unref_locked(e)) entry_free(e); /* nobody else holds it: safe under the lock */
+}
+
+static int find_locked(const int64_t* key, size_t len) {
+  for (int i = 0; i < g_n; i++)
+    if (g_table[i]->key_len == len && memcmp(g_table[i]->key, key, len * sizeof(int64_t)) == 0)
+      return i;
+  return -1;
+}
+
+void kl_cache_release(kl_centry* e) {
+  if (!e) return;
+  pthread_mutex_lock(&g_lock);
+  const int last = unref_locked(e);
+  pthread_mutex_unlock(&g_lock);
+  if (last) entry_free(e);
+}
+
+const kl_lstm* kl_centry_lstm(const kl_centry* e) { return e->m; }
+
+static int fp_equal(kl_fp128 a, kl_fp128 b) { return a.lo == b.lo && a.hi == b.hi; }
+
+kl_status kl_cache_acquire(const int64_t* key, size_t key_len, const kl_lstm_desc* desc,
+                           const kl_wsrc* w, int borrow_wih, const kl_region* regions,
+                           int nregions, int trusted, const kl_keepalive* ka, int nth,
+                           kl_centry** out) {
+  *out = NULL;
+  pthread_once(&g_once, install_atfork);
+  kl_fp128 fp = {0, 0};
+  int have_fp = 0;
+  pthread_mutex_lock(&g_lock);
+  int i = find_locked(key, key_len);
+  kl_centry* e = i >= 0 ? g_table[i] : NULL;
+  if (e) {
+    e->refs++;
+    e->last_use = ++g_clock;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (e) {
+    if (e->trusted) {
+      pthread_mutex_lock(&g_lock);
+      g_stats.hits++;
+      pthread_mutex_unlock(&g_lock);
+      *out = e;
+      return KL_OK;
+    }
+    have_fp = kl_fingerprint(regions, nregions, nth, &fp) == KL_OK;
+    pthread_mutex_lock(&g_lock);
+    if (have_fp && fp_equal(fp, e->fp)) {
+      g_stats.hits++;
+      pthread_mutex_unlock(&g_lock);
+      *out = e;
+      return KL_OK;
+    }
+    g_stats.repacks++; /* changed since packed: drop the entry, pack again */
+    if (e->in_table) remove_locked(find_locked(key, key_len));
+    const int last = unref_locked(e);
+    pthread_mutex_unlock(&g_lock);
+    if (last) entry_free(e);
+  } else {
+    pthread_mutex_lock(&g_lock);
+    g_stats.misses++;
+    pthread_mutex_unlock(&g_lock);
+  }
+  /* miss: fingerprint first, then pack (see the file comment) */
+  if (!trusted && !have_fp) have_fp = kl_fingerprint(regions, nregions, nth, &fp) == KL_OK;
+  kl_centry* n = calloc(1, sizeof(*n));
+  int64_t* k = malloc(key_len * sizeof(int64_t));
+  if (!n || !k) {
+    free(n);
+    free(k);
+    return KL_ERR_NOMEM;
+  }
+  kl_status s = kl_lstm_pack(desc, w, borrow_wih, &n->m);
+  if (s != KL_OK) {
+    free(n);
+    free(k);
+    return s;
+  }
+  if (g_hook) g_hook(g_hook_ctx);
+  memcpy(k, key, key_len * sizeof(int64_t));
+  n->key = k;
+  n->key_len = key_len;
+  n->fp = fp;
+  n->trusted = trusted;
+  n->refs = 1;
+  if (!trusted && !have_fp) { /* no memory for the fingerprint: run uncached */
+    *out = n;
+    return KL_OK;
+  }
+  if (trusted && ka && ka->retain) {
+    ka->retain(ka->handle);
+    n->ka = *ka;
+  }
+  pthread_mutex_lock(&g_lock);
+  const int old = find_locked(key, key_len); /* another thread packed the same meanwhile */
+  if (old >= 0) remove_locked(old);
+  if (g_n == KL_CACHE_CAPACITY) { /* evict the least recently used */
+    int lru = 0;
+    for (int j = 1; j < g_n; j++)
+      if (g_table[j]->last_use < g_table[lru]->last_use) lru = j;
+    remove_locked(lru);
+  }
+  n->refs++;
+  n->in_table = 1;
+  n->last_use = ++g_clock;
+  g_table[g_n++] = n;
+  g_stats.entries++;
+  g_stats.bytes += (int64_t)kl_lstm_packed_bytes(n->m);
+  pthread_mutex_unlock(&g_lock);
+  *out = n;
+  return KL_OK;
+}
+
+void kl_cache_clear(void) {
+  pthread_mutex_lock(&g_lock);
+  while (g_n > 0) remove_locked(g_n - 1);
+  g_stats = (kl_cache_stats){0, 0, 0, 0, 0};
+  pthread_mutex_unlock(&g_lock);
+}
+
+kl_cache_stats kl_cache_get_stats(void) {
+  pthread_mutex_lock(&g_lock);
+  kl_cache_stats s = g_stats;
+  pthread_mutex_unlock(&g_lock);
+  return s;
+}
+
+void kl_cache_set_pack_hook(void (*hook)(void*), void* ctx) {
+  pthread_mutex_lock(&g_lock);
+  g_hook = hook;
+  g_hook_ctx = ctx;
+  pthread_mutex_unlock(&g_lock);
+}

@@ -1,0 +1,265 @@
+/* kl_lstm_forward: the one entry for every integration (NumPy, torch, TVM).
+ * Validates DLPack tensors once, here, with messages that name the argument;
+ * takes the packed weights from the cache (cache.c) and runs them
+ * (lstm.c), writing y, h_n and c_n where the caller says. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "internal.h"
+
+static _Thread_local char g_err[320];
+
+const char* kl_last_error(void) { return g_err; }
+
+static kl_status fail(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_err, sizeof(g_err), fmt, ap);
+  va_end(ap);
+  return KL_ERR_ARG;
+}
+
+static const char* dtype_name(DLDataType t) {
+  if (t.lanes != 1) return "a vector type";
+  if (t.code == kDLFloat && t.bits == 32) return "float32";
+  if (t.code == kDLFloat && t.bits == 64) return "float64";
+  if (t.code == kDLFloat && t.bits == 16) return "float16";
+  if (t.code == kDLBfloat && t.bits == 16) return "bfloat16";
+  if (t.code == kDLInt && t.bits == 64) return "int64";
+  if (t.code == kDLInt && t.bits == 32) return "int32";
+  return "another dtype";
+}
+
+/* Element stride of dim i (compact row-major when strides is NULL). */
+static int64_t stride_of(const DLTensor* t, int i) {
+  if (t->strides) return t->strides[i];
+  int64_t s = 1;
+  for (int j = t->ndim - 1; j > i; j--) s *= t->shape[j];
+  return s;
+}
+
+static const void* data_of(const DLTensor* t) { return (const char*)t->data + t->byte_offset; }
+
+static void shape_str(const DLTensor* t, char* buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "(");
+  for (int i = 0; i < t->ndim && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+  if (k < n) snprintf(buf + k, n - k, t->ndim == 1 ? ",)" : ")");
+}
+
+/* Checks device, dtype, rank and shape (-1 = any). */
+static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType want, int ndim,
+                              const int64_t* shape) {
+  if (!t || (!t->data && t->ndim > 0)) return fail("%s is missing (NULL)", name);
+  if (t->device.device_type != kDLCPU)
+    return fail("%s must be a CPU tensor (kokoro_lstm runs on the CPU), got device type %d", name,
+                (int)t->device.device_type);
+  if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != 1)
+    return fail("%s must have dtype %s, got %s", name, dtype_name(want), dtype_name(t->dtype));
+  char got[96];
+  shape_str(t, got, sizeof(got));
+  if (t->ndim != ndim) return fail("%s must be %d-D, got shape %s", name, ndim, got);
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] >= 0 && t->shape[i] != shape[i]) {
+      char exp[96];
+      size_t k = (size_t)snprintf(exp, sizeof(exp), "(");
+      for (int j = 0; j < ndim; j++)
+        k += (size_t)snprintf(exp + k, sizeof(exp) - k, j ? ", %lld" : "%lld", (long long)shape[j]);
+      snprintf(exp + k, sizeof(exp) - k, ndim == 1 ? ",)" : ")");
+      return fail("%s must have shape %s, got %s", name, exp, got);
+    }
+  return KL_OK;
+}
+
+/* A matrix readable as rows: feature stride 1, row stride >= cols. */
+static kl_status check_rows(const DLTensor* t, const char* name, int64_t* ld) {
+  const int64_t s0 = stride_of(t, 0), s1 = stride_of(t, 1);
+  if ((t->shape[1] > 1 && s1 != 1) || (t->shape[0] > 1 && s0 < t->shape[1]) || s0 > INT32_MAX)
+    return fail("%s: rows must have unit element stride and a row stride >= %lld (got strides "
+                "(%lld, %lld)); pass a contiguous tensor",
+                name, (long long)t->shape[1], (long long)s0, (long long)s1);
+  *ld = t->shape[0] > 1 ? s0 : t->shape[1];
+  return KL_OK;
+}
+
+static int is_compact(const DLTensor* t) {
+  for (int i = 0; i < t->ndim; i++)
+    if (t->shape[i] == 0) return 1; /* empty: nothing is read or written */
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && stride_of(t, i) != s) return 0;
+    s *= t->shape[i];
+  }
+  return 1;
+}
+
+static kl_status check_compact(const DLTensor* t, const char* name) {
+  return is_compact(t) ? KL_OK : fail("%s must be contiguous (row-major)", name);
+}
+
+static const char* const W_NAMES[5] = {"w_ih", "w_hh", "b_ih", "b_hh", "w_hr"};
+
+#define KEY_HEADER 10
+#define KEY_PER_W 5
+
+kl_status kl_lstm_forward(const kl_forward_args* a) {
+  g_err[0] = 0;
+  if (!a) return fail("no arguments");
+  if (a->num_layers < 1) return fail("num_layers must be >= 1, got %d", a->num_layers);
+  if (a->bidirectional != 0 && a->bidirectional != 1)
+    return fail("bidirectional must be 0 or 1, got %d", a->bidirectional);
+  if (a->reverse && a->bidirectional) return fail("reverse is only for a unidirectional LSTM");
+  if (a->has_bias != 0 && a->has_bias != 1) return fail("has_bias must be 0 or 1");
+  if (a->dtype < KL_F32 || a->dtype > KL_BF16) return fail("unknown dtype %d", (int)a->dtype);
+  if (a->num_threads < 0) return fail("num_threads must be >= 1 (or 0 for the default), got %d", a->num_threads);
+  if (a->proj_size < 0) return fail("proj_size must be >= 0, got %d", a->proj_size);
+  const int L = a->num_layers, D = a->bidirectional ? 2 : 1, P = a->proj_size;
+  const int per = 2 + 2 * a->has_bias + (P > 0);
+  if (!a->weights || a->num_weights != L * D * per)
+    return fail("expected %d weight tensors (%d layer(s) x %d direction(s) x %d), got %d", L * D * per,
+                L, D, per, a->weights ? a->num_weights : 0);
+  const DLDataType io = {kDLFloat, (uint8_t)(a->dtype == KL_F64 ? 64 : 32), 1};
+  const int64_t esz = a->dtype == KL_F64 ? 8 : 4;
+  kl_status s;
+
+  /* x: [T, B, I] or [B, T, I] */
+  const int64_t any3[3] = {-1, -1, -1};
+  if ((s = check_tensor(a->x, "x", io, 3, any3))) return s;
+  const int bf = a->batch_first != 0;
+  const int64_t T = a->x->shape[bf ? 1 : 0], B = a->x->shape[bf ? 0 : 1], I = a->x->shape[2];
+  if (T < 1) return fail("x: the sequence length must be >= 1, got %lld", (long long)T);
+  if (I < 1 || I > INT32_MAX) return fail("x: input_size must be in 1..2^31-1, got %lld", (long long)I);
+  const int64_t x_st = stride_of(a->x, bf ? 1 : 0), x_sb = stride_of(a->x, bf ? 0 : 1);
+  if (B > 0 && ((I > 1 && stride_of(a->x, 2) != 1) || !kl_input_layout_ok(T, B, x_st, x_sb, I)))
+    return fail("x: this layout cannot be read in place (the feature axis must have stride 1 and "
+                "the (time, batch) rows one common stride); pass a contiguous tensor");
+
+  /* weights */
+  const DLTensor* w_ih0 = a->weights[0];
+  if ((s = check_tensor(w_ih0, "weights[0] (w_ih of layer 0)", io, 2, (const int64_t[]){-1, I}))) return s;
+  if (w_ih0->shape[0] < 4 || w_ih0->shape[0] % 4 || w_ih0->shape[0] / 4 > INT32_MAX)
+    return fail("w_ih of layer 0 must have 4*hidden_size rows, got %lld", (long long)w_ih0->shape[0]);
+  const int64_t H = w_ih0->shape[0] / 4;
+  if (P >= H) return fail("proj_size (%d) must be smaller than hidden_size (%lld)", P, (long long)H);
+  const int64_t R = P ? P : H;
+  kl_lstm_desc desc = {(int)I, (int)H, L, D == 2, P, a->reverse != 0, a->dtype};
+  const int borrow = kl_lstm_can_borrow_wih(&desc);
+  const size_t key_len = KEY_HEADER + (size_t)a->num_weights * KEY_PER_W;
+  int64_t* key = malloc(key_len * sizeof(int64_t));
+  kl_wsrc* w = calloc((size_t)(L * D), sizeof(kl_wsrc));
+  kl_region* regions = malloc((size_t)a->num_weights * sizeof(kl_region));
+  kl_wih_view* views = malloc((size_t)(L * D) * sizeof(kl_wih_view));
+  int64_t* lengths = NULL;
+  kl_centry* entry = NULL;
+  int nreg = 0;
+  if (!key || !w || !regions || !views) {
+    s = KL_ERR_NOMEM;
+    goto done;
+  }
+  const int64_t header[KEY_HEADER] = {I, H, L, D, P, a->reverse != 0, a->dtype, a->has_bias,
+                                      borrow, a->constant_weights != 0};
+  memcpy(key, header, sizeof(header));
+  for (int g = 0; g < L * D; g++) {
+    const int layer = g / D, dir = g % D;
+    const int64_t in = layer == 0 ? I : D * R;
+    const int64_t shapes[5][2] = {{4 * H, in}, {4 * H, R}, {4 * H, -1}, {4 * H, -1}, {P, H}};
+    const void* ptr[5] = {NULL, NULL, NULL, NULL, NULL};
+    int64_t lds[5] = {0, 0, 0, 0, 0};
+    for (int j = 0, k = 0; j < 5; j++) {
+      if ((j == 2 || j == 3) && !a->has_bias) continue;
+      if (j == 4 && !P) continue;
+      const int idx = g * per + k++;
+      const DLTensor* t = a->weights[idx];
+      char name[80];
+      snprintf(name, sizeof(name), "weights[%d] (%s of layer %d%s)", idx, W_NAMES[j], layer,
+               dir ? ", reverse" : "");
+      const int nd = j == 2 || j == 3 ? 1 : 2;
+      if ((s = check_tensor(t, name, io, nd, shapes[j]))) goto done;
+      if (nd == 2) {
+        if ((s = check_rows(t, name, &lds[j]))) goto done;
+      } else {
+        lds[j] = stride_of(t, 0);
+        if (lds[j] < 1) {
+          s = fail("%s: needs a positive stride, got %lld", name, (long long)lds[j]);
+          goto done;
+        }
+      }
+      ptr[j] = data_of(t);
+      int64_t* kk = key + KEY_HEADER + (size_t)idx * KEY_PER_W;
+      kk[0] = (int64_t)(intptr_t)ptr[j];
+      kk[1] = t->shape[0];
+      kk[2] = nd == 2 ? t->shape[1] : 1;
+      kk[3] = lds[j];
+      kk[4] = j;
+      if (j == 0 && borrow) continue; /* read in place on every run: not copied, not checked */
+      const int64_t rows = t->shape[0], cols = nd == 2 ? t->shape[1] : 1;
+      if (nd == 1 && lds[j] == 1)
+        regions[nreg++] = (kl_region){ptr[j], 1, rows * esz, rows * esz};
+      else
+        regions[nreg++] = (kl_region){ptr[j], rows, cols * esz, lds[j] * esz};
+    }
+    w[g] = (kl_wsrc){ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], lds[0], lds[1], lds[4],
+                     a->has_bias ? lds[2] : 1, a->has_bias ? lds[3] : 1};
+    views[g] = (kl_wih_view){ptr[0], lds[0], H};
+  }
+
+  /* states, lengths, outputs */
+  const int64_t LD = (int64_t)L * D;
+  const int64_t s_h[3] = {LD, B, R}, s_c[3] = {LD, B, H};
+  const int64_t s_y[3] = {bf ? B : T, bf ? T : B, D * R};
+  if (a->h0 && ((s = check_tensor(a->h0, "h0", io, 3, s_h)) || (s = check_compact(a->h0, "h0")))) goto done;
+  if (a->c0 && ((s = check_tensor(a->c0, "c0", io, 3, s_c)) || (s = check_compact(a->c0, "c0")))) goto done;
+  if ((s = check_tensor(a->y, "y", io, 3, s_y))) goto done;
+  if (B > 0 && D * R > 1 && stride_of(a->y, 2) != 1) {
+    s = fail("y: the feature axis must have stride 1");
+    goto done;
+  }
+  if (a->h_n && ((s = check_tensor(a->h_n, "h_n", io, 3, s_h)) || (s = check_compact(a->h_n, "h_n")))) goto done;
+  if (a->c_n && ((s = check_tensor(a->c_n, "c_n", io, 3, s_c)) || (s = check_compact(a->c_n, "c_n")))) goto done;
+  if (a->lengths) {
+    if ((s = check_tensor(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B})))
+      goto done;
+    if (!(lengths = malloc((size_t)(B ? B : 1) * sizeof(int64_t)))) {
+      s = KL_ERR_NOMEM;
+      goto done;
+    }
+    const int64_t ls = stride_of(a->lengths, 0);
+    for (int64_t b = 0; b < B; b++) {
+      lengths[b] = ((const int64_t*)data_of(a->lengths))[b * ls];
+      if (lengths[b] < 1 || lengths[b] > T) {
+        s = fail("lengths[%lld] = %lld is outside 1..%lld (the sequence length)", (long long)b,
+                 (long long)lengths[b], (long long)T);
+        goto done;
+      }
+    }
+  }
+  if (B == 0) {
+    s = KL_OK;
+    goto done;
+  }
+  const int nth = a->num_threads ? a->num_threads : kl_get_num_threads();
+  s = kl_cache_acquire(key, key_len, &desc, w, borrow, regions, nreg, a->constant_weights != 0,
+                       a->keepalive, nth, &entry);
+  if (s != KL_OK) {
+    if (s == KL_ERR_NOMEM) fail("out of memory packing the weights");
+    goto done;
+  }
+  const kl_run_args ra = {T, B, data_of(a->x), x_st, x_sb, (char*)a->y->data + a->y->byte_offset,
+                          stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1),
+                          a->h0 ? data_of(a->h0) : NULL, a->c0 ? data_of(a->c0) : NULL,
+                          a->h_n ? (char*)a->h_n->data + a->h_n->byte_offset : NULL,
+                          a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth};
+  s = kl_lstm_run_views(kl_centry_lstm(entry), &ra, borrow ? views : NULL);
+  if (s != KL_OK) fail("LSTM run failed: %s", kl_status_str(s));
+done:
+  kl_cache_release(entry);
+  free(key);
+  free(w);
+  free(regions);
+  free(views);
+  free(lengths);
+  return s;
+}

@@ -1,0 +1,188 @@
+/* tvm-ffi functions of the engine (see kl_tvm.h), after TVM's contrib externs
+ * (tvm.contrib.cblas.matmul): each reads its DLTensor arguments and writes its
+ * outputs in place; all validation happens in the engine's C entry.
+ *
+ * kokoro_lstm.lstm_forward_v2(cfg: Shape, x, [lengths], [h0, c0], *weights, y, h_n, c_n)
+ *   cfg = (abi, num_layers, num_directions, has_lengths, has_hx, batch_first,
+ *          proj_size, has_bias, constant_weights, dtype, num_threads, reverse)
+ *   dtype: 0 float32, 1 float64, 2 bfloat16 weights; num_threads 0: the
+ *   process default (kl_get_num_threads). Weights per (layer, direction),
+ *   layer-major: w_ih, w_hh, [b_ih, b_hh], [w_hr]. Constant weights passed as
+ *   tensor objects are kept alive by the weight cache while cached. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kl_tvm.h"
+#include "kokoro_lstm.h"
+
+static kl_tvm_api g_api;
+
+static int raise_err(const char* kind, const char* msg) {
+  g_api.error_set_raised_from_cstr(kind, msg);
+  return -1;
+}
+
+/* DLTensor* of a tensor argument, or NULL. obj receives its object handle when
+ * it is a tensor object (NULL for a raw DLTensor*). */
+static DLTensor* as_tensor(const TVMFFIAny* a, TVMFFIObject** obj) {
+  *obj = NULL;
+  if (a->type_index == kTVMFFIDLTensorPtr) return (DLTensor*)a->v_ptr;
+  if (a->type_index == kTVMFFITensor) {
+    *obj = a->v_obj;
+    return (DLTensor*)((char*)a->v_obj + sizeof(TVMFFIObject));
+  }
+  return NULL;
+}
+
+/* A set of tensor objects retained together (constant weights). */
+typedef struct obj_set {
+  int n, retained;
+  TVMFFIObject* objs[];
+} obj_set;
+
+static void set_retain(void* h) {
+  obj_set* s = h;
+  for (int i = 0; i < s->n; i++) g_api.object_inc_ref(s->objs[i]);
+  s->retained = 1;
+}
+
+static void set_release(void* h) {
+  obj_set* s = h;
+  for (int i = 0; i < s->n; i++) g_api.object_dec_ref(s->objs[i]);
+  free(s);
+}
+
+enum { CFG_ABI, CFG_L, CFG_D, CFG_LEN, CFG_HX, CFG_BF, CFG_P, CFG_BIAS, CFG_CONST, CFG_DTYPE,
+       CFG_NTH, CFG_REV, CFG_N };
+
+static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  char msg[512];
+  result->type_index = kTVMFFINone;
+  if (nargs < 1 || args[0].type_index != kTVMFFIShape)
+    return raise_err("TypeError", KL_TVM_LSTM_NAME ": the first argument must be the config shape");
+  const TVMFFIShapeCell* cell = (const TVMFFIShapeCell*)((char*)args[0].v_obj + sizeof(TVMFFIObject));
+  if (cell->size != CFG_N || cell->data[CFG_ABI] != KL_TVM_LSTM_ABI) {
+    snprintf(msg, sizeof(msg),
+             KL_TVM_LSTM_NAME ": the module was compiled for calling convention %lld with %zu "
+             "config values; this engine implements v%d with %d: recompile the module",
+             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_LSTM_ABI, CFG_N);
+    return raise_err("RuntimeError", msg);
+  }
+  const int64_t* c = cell->data;
+  const int L = (int)c[CFG_L], D = (int)c[CFG_D], P = (int)c[CFG_P], bias = (int)c[CFG_BIAS];
+  if (L < 1 || (D != 1 && D != 2) || P < 0 || (bias != 0 && bias != 1))
+    return raise_err("ValueError", KL_TVM_LSTM_NAME ": invalid config");
+  const int nw = L * D * (2 + 2 * bias + (P > 0));
+  const int want = 1 + 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + nw + 3;
+  if (nargs != want) {
+    snprintf(msg, sizeof(msg), KL_TVM_LSTM_NAME ": expected %d arguments for this config, got %d",
+             want, (int)nargs);
+    return raise_err("TypeError", msg);
+  }
+  const int ntensor = nargs - 1;
+  DLTensor** t = malloc((size_t)ntensor * sizeof(DLTensor*));
+  obj_set* keep = malloc(sizeof(obj_set) + (size_t)nw * sizeof(TVMFFIObject*));
+  if (!t || !keep) {
+    free(t);
+    free(keep);
+    return raise_err("MemoryError", KL_TVM_LSTM_NAME ": out of memory");
+  }
+  int constant = c[CFG_CONST] != 0;
+  keep->n = nw;
+  keep->retained = 0;
+  const int w0 = 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0);
+  for (int i = 0; i < ntensor; i++) {
+    TVMFFIObject* obj;
+    t[i] = as_tensor(&args[i + 1], &obj);
+    if (!t[i]) {
+      free(t);
+      free(keep);
+      snprintf(msg, sizeof(msg), KL_TVM_LSTM_NAME ": argument %d must be a tensor (type index %d)",
+               i + 1, (int)args[i + 1].type_index);
+      return raise_err("TypeError", msg);
+    }
+    if (i >= w0 && i < w0 + nw) {
+      keep->objs[i - w0] = obj;
+      if (!obj) constant = 0; /* cannot keep a raw DLTensor* alive: check it instead */
+    }
+  }
+  int k = 0;
+  kl_forward_args fa;
+  memset(&fa, 0, sizeof(fa));
+  fa.num_layers = L;
+  fa.bidirectional = D == 2;
+  fa.reverse = c[CFG_REV] != 0;
+  fa.has_bias = bias;
+  fa.proj_size = P;
+  fa.batch_first = c[CFG_BF] != 0;
+  fa.constant_weights = constant;
+  fa.dtype = c[CFG_DTYPE] == 1 ? KL_F64 : c[CFG_DTYPE] == 2 ? KL_BF16 : KL_F32;
+  fa.num_threads = c[CFG_NTH] > 0 ? (int)c[CFG_NTH] : 0;
+  fa.x = t[k++];
+  if (c[CFG_LEN]) fa.lengths = t[k++];
+  if (c[CFG_HX]) {
+    fa.h0 = t[k++];
+    fa.c0 = t[k++];
+  }
+  fa.weights = (const DLTensor* const*)(t + k);
+  fa.num_weights = nw;
+  k += nw;
+  fa.y = t[k++];
+  fa.h_n = t[k++];
+  fa.c_n = t[k++];
+  const kl_keepalive ka = {keep, set_retain, set_release};
+  fa.keepalive = constant ? &ka : NULL;
+  const kl_status s = kl_lstm_forward(&fa);
+  if (!keep->retained) free(keep);
+  free(t);
+  if (s != KL_OK) {
+    snprintf(msg, sizeof(msg), KL_TVM_LSTM_NAME ": %s", *kl_last_error() ? kl_last_error() : kl_status_str(s));
+    return raise_err(s == KL_ERR_NOMEM ? "MemoryError" : s == KL_ERR_ARG ? "ValueError" : "RuntimeError", msg);
+  }
+  return 0;
+}
+
+typedef struct kl_tvm_func {
+  const char* name;
+  TVMFFISafeCallType call;
+} kl_tvm_func;
+
+/* Every function of the engine that tvm-ffi can call. */
+static const kl_tvm_func FUNCS[] = {
+    {KL_TVM_LSTM_NAME, lstm_forward},
+};
+
+int kl_tvm_register(const kl_tvm_api* api, char* err, size_t errlen) {
+  if (!api || !api->function_create || !api->function_get_global || !api->function_set_global ||
+      !api->error_set_raised_from_cstr || !api->object_dec_ref || !api->object_inc_ref) {
+    if (err) snprintf(err, errlen, "incomplete tvm-ffi C API");
+    return -1;
+  }
+  g_api = *api;
+  int n = 0;
+  for (size_t i = 0; i < sizeof(FUNCS) / sizeof(FUNCS[0]); i++) {
+    const TVMFFIByteArray name = {FUNCS[i].name, strlen(FUNCS[i].name)};
+    TVMFFIObjectHandle f = NULL;
+    if (api->function_get_global(&name, &f) == 0 && f) { /* registered already (another copy) */
+      api->object_dec_ref(f);
+      n++;
+      continue;
+    }
+    if (api->function_create(NULL, FUNCS[i].call, NULL, &f) != 0 ||
+        api->function_set_global(&name, f, 0) != 0) {
+      if (api->error_move_from_raised) { /* take the pending error */
+        TVMFFIObjectHandle e = NULL;
+        api->error_move_from_raised(&e);
+        if (e) api->object_dec_ref(e);
+      }
+      if (f) api->object_dec_ref(f);
+      if (err) snprintf(err, errlen, "could not register %s with tvm-ffi", FUNCS[i].name);
+      return -1;
+    }
+    api->object_dec_ref(f); /* the global table holds its own reference */
+    n++;
+  }
+  return n;
+}
