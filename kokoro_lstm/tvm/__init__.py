@@ -23,12 +23,12 @@ or, with upstream's importer (note: upstream decomposes ``aten.lstm`` unless you
 Methods (``lstm_method`` / ``method``):
 
 ``native``
-    ``R.call_dps_packed("kokoro_lstm.lstm_forward", ...)`` into the kokoro_lstm C
-    engine, which this package registers through tvm-ffi. The IR is one call,
+    ``R.call_dps_packed("kokoro_lstm.lstm_forward_v2", ...)`` into the kokoro_lstm C
+    engine, a C function registered with tvm-ffi from C. The IR is one call,
     whatever T and the layer count. CPU targets only. Tensors reach the engine
-    zero-copy (DLPack); packed weights are cached across calls (see
-    :mod:`kokoro_lstm.tvm._native`). A module compiled this way needs
-    ``import kokoro_lstm`` in the process that runs it.
+    zero-copy; packed weights are cached across calls (see
+    :mod:`kokoro_lstm.tvm._native`). Save with :func:`export_library`: the library
+    then carries the engine and runs where TVM's runtime runs, without Python.
 ``tir``
     One TIR PrimFunc per layer with a loop over time (the IR does not grow with T):
     the input projection is hoisted out of the time loop as one register-blocked
@@ -56,7 +56,7 @@ from ._native import cache_info, clear_cache
 
 __all__ = ["METHODS", "NATIVE_FUNC_NAME", "select_method", "convert_map",
            "from_exported_program", "decomposition_table", "register_native", "ir_size",
-           "clear_cache", "cache_info"]
+           "clear_cache", "cache_info", "export_library", "export_options", "uses_engine"]
 
 #: Every accepted ``lstm_method`` name.
 METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
@@ -195,3 +195,54 @@ def ir_size(mod) -> dict:
     """Size of a module's printed TVMScript: {"lines": ..., "chars": ...}."""
     text = mod.script(show_meta=False) if hasattr(mod, "script") else str(mod)
     return {"lines": text.count("\n") + 1, "chars": len(text)}
+
+
+def uses_engine(ex) -> bool:
+    """Whether a compiled module (``tvm.compile`` result) calls the kokoro_lstm engine."""
+    try:
+        text = ex.as_text()
+    except Exception:  # noqa: BLE001 - not a VM executable: assume it may
+        return True
+    return "kokoro_lstm." in text
+
+
+def export_options() -> dict:
+    """Keyword arguments for ``ex.export_library(path, **export_options())`` that link
+    the engine into the exported library, so that it runs without Python:
+
+    * ``addons``: ``kokoro_lstm/lib/kokoro_lstm_tvm.o``, the engine (core, kernels,
+      tvm-ffi glue) as one relocatable object with hidden symbols; a constructor
+      registers its functions when the library is loaded;
+    * ``options``: the BLAS it was built with (``-lopenblas`` for the system
+      OpenBLAS; the scipy-openblas32 library's directory otherwise, with an rpath),
+      ``-lpthread -lm``, and an ``$ORIGIN`` rpath so that a BLAS library copied next
+      to the artifact is found.
+    """
+    import os
+    import sys
+
+    from .. import _build_config
+
+    obj = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib",
+                       "kokoro_lstm_tvm.o")
+    if not os.path.exists(obj):
+        raise RuntimeError(f"kokoro_lstm: the engine object {obj} is missing; rebuild the "
+                           "package (pip install . or python setup.py build_ext --inplace)")
+    # TVM puts options before the objects, so with --as-needed (a distribution default)
+    # the linker would drop the libraries the engine object needs: keep them.
+    keep = ["-Wl,--no-as-needed"] if sys.platform.startswith("linux") else []
+    return {"addons": [obj],
+            "options": keep + list(_build_config.BLAS_LINK) + ["-lpthread", "-lm",
+                                                               "-Wl,-rpath,$ORIGIN"]}
+
+
+def export_library(ex, path, **kwargs):
+    """``ex.export_library(path, **kwargs)``, linking the engine into the library when
+    the module calls it (see :func:`export_options`). The result needs only TVM's
+    runtime (``libtvm_runtime`` + ``libtvm_ffi``) and OpenBLAS where it runs."""
+    if uses_engine(ex):
+        opts = export_options()
+        kwargs["addons"] = list(kwargs.get("addons") or []) + opts["addons"]
+        extra = kwargs.get("options") or []
+        kwargs["options"] = (list(extra) if isinstance(extra, (list, tuple)) else [extra]) + opts["options"]
+    return ex.export_library(str(path), **kwargs)

@@ -419,7 +419,8 @@ def _lower_native(bb, call):
     cfg = _native.Config(abi=ABI_VERSION, num_layers=L, num_directions=D,
                          has_lengths=int(call.lengths is not None), has_hx=int(has_hx),
                          batch_first=int(call.batch_first), proj_size=call.proj_size,
-                         has_bias=int(has_bias), constant_weights=int(call.constant_weights))
+                         has_bias=int(has_bias), constant_weights=int(call.constant_weights),
+                         dtype=_native.DTYPE_CODES[str(dt)], num_threads=0, reverse=0)
     y_shape = (B, S, D * R) if call.batch_first else (S, B, D * R)
     out_ty = [relax.TensorType(y_shape, dt), relax.TensorType((L * D, B, R), dt),
               relax.TensorType((L * D, B, H), dt)]

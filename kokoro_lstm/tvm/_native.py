@@ -1,187 +1,95 @@
-"""The ``native`` lowering's runtime side: a tvm-ffi global function that runs the
-kokoro_lstm C engine on TVM tensors.
+"""The ``native`` lowering's runtime side: the engine's C functions, registered with
+tvm-ffi from C.
 
-``register()`` makes ``kokoro_lstm.lstm_forward`` (:data:`FUNC_NAME`) callable from
-compiled Relax modules (``R.call_dps_packed``). It imports nothing heavy: importing
-``tvm_ffi`` imports torch when torch is installed, so if ``tvm_ffi`` is not imported
-yet, ``register()`` installs a one-shot post-import hook that registers the function
-right after ``tvm_ffi`` is first imported (by ``import tvm`` or anything else) -- i.e.
-before any compiled module can call it. ``import kokoro_lstm`` therefore stays free of
-tvm and torch, and a library exported with ``export_library`` runs in a fresh process
-after ``import kokoro_lstm``, whatever the import order.
+``kokoro_lstm.lstm_forward_v2`` (:data:`FUNC_NAME`) is a C function over DLTensors
+(``src/tvm/kl_tvm_ffi.c``), destination-passing, that calls the engine's one entry
+``kl_lstm_forward`` — the same road, validation and weight cache as the NumPy API and
+the torch ops. Nothing in the call path is Python.
 
-Calling convention (destination-passing style; all tensors on CPU, contiguous)::
+Who registers it:
 
-    kokoro_lstm.lstm_forward(cfg: Shape, x, [lengths int64 [B]], [h0, c0],
-                             *weights, y, h_n, c_n)
+* an exported library (:func:`kokoro_lstm.tvm.export_library`) carries the engine and
+  registers the function itself when it is loaded (a C constructor), in any process:
+  Python without kokoro_lstm, C++, Rust;
+* in a Python process, :func:`register` hands the engine the ``libtvm_ffi`` of the
+  ``tvm_ffi`` package (``_core.tvm_register``), which the C glue then calls to
+  register; ``import kokoro_lstm.tvm`` (and ``import kokoro_lstm``) do it as soon as
+  ``tvm_ffi`` is imported, without importing it (a one-shot post-import hook:
+  importing ``tvm_ffi`` imports torch when torch is installed).
 
-``cfg`` = (abi, num_layers, num_directions, has_lengths, has_hx, batch_first,
-proj_size, has_bias, constant_weights) (see :class:`Config`); weights per (layer,
-direction), layer-major: w_ih, w_hh, [b_ih, b_hh], [w_hr]. Inputs reach the engine
-zero-copy through DLPack (``np.from_dlpack``).
+Whichever comes first registers; the other finds the name taken and leaves it.
 
-Packed weights are cached across calls (LRU, :data:`CACHE_SIZE` entries) keyed on the
-weights' data pointers, shapes and dtype; each entry holds references to the weight
-tensors, so their memory cannot be freed and reused while the entry lives. Weights
-the converter proved to be compile-time constants (``constant_weights``; immutable
-in the VM) are trusted on a key hit; any other weights (``keep_params_as_input=True``
-parameters, user inputs) are compared byte-for-byte against a saved copy on every
-hit, so an in-place update is never served stale.
+Calling convention (v2; CPU tensors, any strides the engine reads in place)::
+
+    kokoro_lstm.lstm_forward_v2(cfg: Shape, x, [lengths int64 [B]], [h0, c0],
+                                *weights, y, h_n, c_n)
+
+``cfg`` = :class:`Config`; weights per (layer, direction), layer-major: w_ih, w_hh,
+[b_ih, b_hh], [w_hr]. Weights the converter proved to be compile-time constants
+(``constant_weights``) are trusted on a cache hit and kept alive by the cache while
+cached; any others (``keep_params_as_input=True`` parameters, user inputs) are
+fingerprinted on every call, so an in-place update is never served stale.
 """
 from __future__ import annotations
 
 import sys
 import threading
-from collections import OrderedDict, namedtuple
+from collections import namedtuple
 
-FUNC_NAME = "kokoro_lstm.lstm_forward"
-ABI_VERSION = 1
-CACHE_SIZE = 16
+FUNC_NAME = "kokoro_lstm.lstm_forward_v2"
+ABI_VERSION = 2
 
 Config = namedtuple("Config", ["abi", "num_layers", "num_directions", "has_lengths", "has_hx",
-                               "batch_first", "proj_size", "has_bias", "constant_weights"])
+                               "batch_first", "proj_size", "has_bias", "constant_weights",
+                               "dtype", "num_threads", "reverse"])
+#: Config.dtype codes
+DTYPE_CODES = {"float32": 0, "float64": 1, "bfloat16": 2}
 
-__all__ = ["FUNC_NAME", "ABI_VERSION", "Config", "register", "is_registered", "available",
-           "clear_cache", "cache_info"]
+__all__ = ["FUNC_NAME", "ABI_VERSION", "Config", "DTYPE_CODES", "register", "is_registered",
+           "available", "clear_cache", "cache_info"]
 
 _lock = threading.Lock()
 _registered = False
-_cache: "OrderedDict[tuple, tuple]" = OrderedDict()
-_stats = {"hits": 0, "misses": 0, "rebuilds": 0}
 
 
-# ----------------------------------------------------------------------------------
-# Engine access
-# ----------------------------------------------------------------------------------
 def available() -> bool:
     """True when the kokoro_lstm C engine (the extension) loads."""
     try:
-        import kokoro_lstm
+        from kokoro_lstm import _core  # noqa: F401
 
-        return hasattr(kokoro_lstm, "LSTM")
+        return True
     except Exception:  # noqa: BLE001 - any load failure means "not available"
         return False
 
 
-def _same_bytes(a, b) -> bool:
-    """Byte equality of two arrays (the C core's memcmp, GIL released)."""
-    import numpy as np
-
+def clear_cache() -> None:
+    """Drop every packed LSTM from the engine's weight cache (shared by all fronts)."""
     from kokoro_lstm import _core
 
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return _core.bytes_equal(np.ascontiguousarray(a), np.ascontiguousarray(b))
-
-
-def _state_dict(cfg: Config, weights):
-    per = 2 + 2 * cfg.has_bias + (1 if cfg.proj_size else 0)
-    names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if cfg.has_bias else []) + (
-        ["weight_hr"] if cfg.proj_size else [])
-    sd = OrderedDict()
-    k = 0
-    for layer in range(cfg.num_layers):
-        for d in range(cfg.num_directions):
-            sfx = f"_l{layer}" + ("_reverse" if d else "")
-            for n in names:
-                sd[n + sfx] = weights[k]
-                k += 1
-    assert k == len(weights) == cfg.num_layers * cfg.num_directions * per
-    return sd
-
-
-def _engine_for(cfg: Config, dtype: str, weights):
-    """The packed engine for these weights (cached; see the module docstring)."""
-    import kokoro_lstm
-
-    key = (tuple(cfg), dtype) + tuple(
-        (w.__array_interface__["data"][0], w.shape, w.strides) for w in weights)
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            engine, refs, saved = hit
-            if saved is None or all(_same_bytes(w, s) for w, s in zip(weights, saved)):
-                _cache.move_to_end(key)
-                _stats["hits"] += 1
-                return engine
-            del _cache[key]
-            _stats["rebuilds"] += 1
-        else:
-            _stats["misses"] += 1
-    engine = kokoro_lstm.LSTM.from_state_dict(_state_dict(cfg, weights),
-                                              batch_first=bool(cfg.batch_first), dtype=dtype)
-    saved = None if cfg.constant_weights else [w.copy() for w in weights]
-    with _lock:
-        _cache[key] = (engine, list(weights), saved)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return engine
-
-
-def clear_cache() -> None:
-    """Drop every packed engine (and the weight references it holds)."""
-    with _lock:
-        _cache.clear()
+    _core.cache_clear()
 
 
 def cache_info() -> dict:
-    """Entries and hit/miss/rebuild counters of the packed-weight cache."""
-    with _lock:
-        return dict(_stats, entries=len(_cache))
+    """The engine's weight cache: entries, bytes, hit/miss/repack counters."""
+    from kokoro_lstm import _core
+
+    return _core.cache_info()
 
 
-# ----------------------------------------------------------------------------------
-# The packed function
-# ----------------------------------------------------------------------------------
-def lstm_forward_dps(cfg, *args):
-    """The body of ``kokoro_lstm.lstm_forward`` (see the module docstring)."""
-    import numpy as np
-
-    cfg = Config(*(int(v) for v in cfg))
-    if cfg.abi != ABI_VERSION:
-        raise RuntimeError(f"{FUNC_NAME}: the compiled module uses calling convention "
-                           f"v{cfg.abi}, this kokoro_lstm provides v{ABI_VERSION}; "
-                           "recompile the module with this kokoro_lstm")
-    for a in args:
-        dev = a.device
-        if dev.dlpack_device_type() != 1:  # kDLCPU
-            raise RuntimeError(f"{FUNC_NAME}: kokoro_lstm runs on CPU only; got a tensor on {dev}")
-    arrays = [np.from_dlpack(a) for a in args]
-    y, h_n, c_n = arrays[-3:]
-    x = arrays[0]
-    k = 1
-    lengths = None
-    if cfg.has_lengths:
-        lengths = arrays[k]
-        k += 1
-    hx = None
-    if cfg.has_hx:
-        hx = (arrays[k], arrays[k + 1])
-        k += 2
-    weights = arrays[k:-3]
-    dtype = "float64" if x.dtype == np.float64 else "float32"
-    engine = _engine_for(cfg, dtype, weights)
-    out, (hn, cn) = engine(x, hx, lengths=lengths)
-    np.copyto(y, out)
-    np.copyto(h_n, hn)
-    np.copyto(c_n, cn)
-
-
-# ----------------------------------------------------------------------------------
-# Registration
-# ----------------------------------------------------------------------------------
 def is_registered() -> bool:
     return _registered
 
 
 def _register_now() -> None:
     global _registered
-    import tvm_ffi
+    import tvm_ffi.libinfo
+
+    from kokoro_lstm import _core
 
     with _lock:
         if _registered:
             return
-        tvm_ffi.register_global_func(FUNC_NAME, lstm_forward_dps, override=True)
+        _core.tvm_register(tvm_ffi.libinfo.find_libtvm_ffi())
         _registered = True
 
 
@@ -234,11 +142,11 @@ def _remove_hook():
 
 
 def register(*, force_import: bool = False) -> bool:
-    """Register :data:`FUNC_NAME` with tvm-ffi.
+    """Register the engine's tvm-ffi functions (:data:`FUNC_NAME`, ...).
 
     Registers at once if ``tvm_ffi`` is already imported (or ``force_import``);
     otherwise installs a hook that registers as soon as ``tvm_ffi`` gets imported, and
-    imports nothing. Returns True if the function is registered on return. Idempotent.
+    imports nothing. Returns True if the functions are registered on return. Idempotent.
     """
     if _registered:
         return True
