@@ -115,8 +115,8 @@ class BuildExt(build_ext):
                     os.path.join(self.build_lib, "kokoro_lstm", "lib")}
         for d in out_dirs:
             os.makedirs(d, exist_ok=True)
-            self.compiler.spawn([self.compiler.compiler_so[0], "-r", "-nostdlib", "-o",
-                                 os.path.join(d, "kokoro_lstm_tvm.o")] + objs)
+            subprocess.run([self.compiler.compiler_so[0], "-r", "-nostdlib", "-o",
+                            os.path.join(d, "kokoro_lstm_tvm.o")] + objs, check=True)
 
     def _write_build_config(self):
         libs = ([f"-L{d}" for d in BLAS["library_dirs"]] + [f"-l{n}" for n in BLAS["libraries"]]

@@ -7,10 +7,10 @@ LSTM semantics by default::
     kokoro-lstm port-encoder --component text_encoder --seq-len 64 --no-weights --validate
     python -m kokoro_lstm.cli.port_encoder --component all --checkpoint kokoro-v1_0.pth
 
-Per component, in ``--output-dir``: ``{component}_compiled.so`` (``export_library``;
-load with ``tvm.runtime.load_module`` and run ``relax.VirtualMachine(lib, tvm.cpu())
-["{component}_forward"]``; a ``native`` module needs ``import kokoro_lstm`` in that
-process), ``{component}_ir.py`` (the Relax module's TVMScript) and
+Per component, in ``--output-dir``: ``{component}_compiled.so`` (``kokoro_lstm.tvm.export_library``:
+the engine is linked in, so it loads with ``tvm.runtime.load_module`` in any process
+— no ``import kokoro_lstm`` — and from TVM's C++/Rust runtimes; run
+``relax.VirtualMachine(lib, tvm.cpu())["{component}_forward"]``), ``{component}_ir.py`` (the Relax module's TVMScript) and
 ``{component}_report.json``. Components, signatures and semantics: see
 :mod:`kokoro_lstm.cli._components`.
 
@@ -436,7 +436,7 @@ def _port_method(comp, method, out_dir, opts, progress):
         f.write(script)
     with progress.step(tag, "build", times, "build_s"):
         ex = tvm.compile(mod, target=tvm.target.Target(target))
-        ex.export_library(files["library"])
+        kt.export_library(ex, files["library"])
     vm = relax.VirtualMachine(ex, tvm.cpu())
     fn = vm[comp.function]
     # outputs: every input set when validating, else the full-length one (for shapes)
