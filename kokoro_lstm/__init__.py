@@ -28,7 +28,7 @@ def _preload_blas():
 _preload_blas()
 
 from . import _core  # noqa: E402
-from .numpy_api import LSTM, default_num_threads, lstm_forward  # noqa: E402
+from .numpy_api import LSTM, cache_info, clear_cache, default_num_threads, lstm_forward  # noqa: E402
 
 
 def build_info() -> dict:
@@ -55,5 +55,5 @@ def _register_tvm_native():
 
 _register_tvm_native()
 
-__all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info"]
+__all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info", "clear_cache", "cache_info"]
 __version__ = "0.1.0"

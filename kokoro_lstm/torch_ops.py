@@ -56,7 +56,6 @@ import sys
 import threading
 import warnings
 import weakref
-from collections import OrderedDict
 
 import numpy as np
 import torch
@@ -203,80 +202,17 @@ def _make_fake(op_name, bidirectional, packed):
 
 
 # --------------------------------------------------------------------------------------
-# Engine cache
+# The engine: one road (kokoro_lstm._core.forward -> kl_lstm_forward)
 # --------------------------------------------------------------------------------------
-_CACHE_MAX = 64
-# (bidirectional, dtype, batch_first, ids of the weight tensors)
-#   -> (engine, weak references to the weights, their _tensor_key()s when packed)
-# One entry per set of weight tensors: an in-place update replaces the entry.
-_cache: "OrderedDict[tuple, tuple]" = OrderedDict()
-_cache_lock = threading.Lock()
-
-
 def clear_cache():
-    """Drop every cached packed engine."""
-    with _cache_lock:
-        _cache.clear()
-
-
-def _tensor_key(t):
-    """What must not change for a packed copy of t to stay valid; False if t can't be
-    cached (inference tensors track no version counter)."""
-    if t is None:
-        return None
-    try:
-        version = t._version
-    except RuntimeError:
-        return False
-    return (t.data_ptr(), version, tuple(t.shape), tuple(t.stride()), t.dtype)
+    """Drop every packed LSTM from the engine's weight cache (shared with the NumPy API
+    and TVM's native method)."""
+    kokoro_lstm.clear_cache()
 
 
 def _np(t: Tensor) -> np.ndarray:
     """Zero-copy NumPy view of a CPU tensor (detach() is a view too)."""
     return t.detach().numpy()
-
-
-def _same_tensors(refs, w):
-    # id() can be reused by a new tensor once the old one is freed: the weak
-    # references prove these are the very same tensor objects.
-    return all((r is None and t is None) or (r is not None and r() is t)
-               for r, t in zip(refs, w))
-
-
-def _get_engine(w, bidirectional, dtype, batch_first):
-    """The packed engine for these weight tensors, from the cache when still valid
-    (same tensor objects, data pointers, versions, shapes and strides)."""
-    state = tuple(_tensor_key(t) for t in w)
-    cacheable = False not in state
-    key = (bidirectional, dtype, batch_first, tuple(id(t) for t in w))
-    if cacheable:
-        with _cache_lock:
-            hit = _cache.get(key)
-            if hit is not None:
-                engine, refs, hit_state = hit
-                if hit_state == state and _same_tensors(refs, w):
-                    _cache.move_to_end(key)
-                    return engine
-                del _cache[key]  # stale: updated in place, or another tensor
-    names = _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ())
-    sd = {name: _np(t) for name, t in zip(names, w) if t is not None}
-    engine = kokoro_lstm.LSTM.from_state_dict(
-        sd, batch_first=batch_first, dtype=str(np.dtype(_np_dtype(dtype))))
-    if cacheable:
-        refs = [None if t is None else weakref.ref(t) for t in w]
-        with _cache_lock:
-            # drop entries whose weights are gone, then the least recently used
-            for k in [k for k, (_, rs, _) in _cache.items()
-                      if any(r is not None and r() is None for r in rs)]:
-                del _cache[k]
-            _cache[key] = (engine, refs, state)
-            while len(_cache) > _CACHE_MAX:
-                _cache.popitem(last=False)
-    return engine
-
-
-def _np_dtype(dtype):
-    return np.float32 if dtype == torch.float32 else np.float64
 
 
 _num_threads = None
@@ -314,26 +250,42 @@ def _check_no_grad(op_name, names, tensors):
 def _make_cpu(op_name, bidirectional, packed):
     arg_names = (("input",) + (("lengths",) if packed else ()) + ("h0", "c0")
                  + _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ()))
+    D = 2 if bidirectional else 1
 
     def cpu(*args):
         _check_no_grad(op_name, arg_names, args)
         x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
-        T, B, I, H, D = _validate(op_name, x, lengths, h0, c0, w, bidirectional)
+        if x.dim() != 3 or w[0] is None or w[0].dim() != 2:
+            _validate(op_name, x, lengths, h0, c0, w, bidirectional)  # raises, naming the argument
+        T, B, _ = x.shape
+        H = w[0].shape[0] // 4
         batch_first = _batch_major(x)
-        xs = x.transpose(0, 1) if batch_first else x.contiguous()
-        ln = None
-        if lengths is not None:
-            ln = _np(lengths.contiguous())
-            if ln.size and (ln.min() < 1 or ln.max() > T):
-                raise ValueError(f"kokoro::{op_name}: each length must be in 1..{T} (T), "
-                                 f"got {ln.tolist()}")
-        engine = _get_engine(w, bidirectional, x.dtype, batch_first)
-        out, (h_n, c_n) = engine(_np(xs), (_np(h0.contiguous()), _np(c0.contiguous())),
-                                 lengths=ln, num_threads=get_num_threads())
-        out = torch.from_numpy(out)
+        if batch_first:
+            x = x.transpose(0, 1)
+            out = x.new_empty((B, T, D * H))
+        else:
+            x = x.contiguous()
+            out = x.new_empty((T, B, D * H))
+        h_n, c_n = x.new_empty((D, B, H)), x.new_empty((D, B, H))
+        has_bias = w[2] is not None
+        if any((t is None) == has_bias for t in w[2:4] + (w[6:8] if bidirectional else [])):
+            _validate(op_name, x, lengths, h0, c0, w, bidirectional)  # raises
+            raise RuntimeError(f"kokoro::{op_name}: give all biases or none")
+        weights = [_np(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
+        try:
+            kokoro_lstm._core.forward(
+                _np(x), None if lengths is None else _np(lengths.contiguous()),
+                _np(h0.contiguous()), _np(c0.contiguous()), weights,
+                out.numpy(), h_n.numpy(), c_n.numpy(), num_layers=1, bidirectional=bidirectional,
+                has_bias=has_bias, batch_first=batch_first,
+                dtype="float64" if x.dtype == torch.float64 else "float32",
+                num_threads=get_num_threads())
+        except (TypeError, ValueError) as e:
+            _validate(op_name, x, lengths, h0, c0, w, bidirectional)  # torch-worded, if it applies
+            raise ValueError(f"kokoro::{op_name}: {e}") from None
         if batch_first:
             out = out.transpose(0, 1)
-        return out, torch.from_numpy(h_n), torch.from_numpy(c_n)
+        return out, h_n, c_n
     cpu.__name__ = f"{op_name}_cpu"
     return cpu
 

@@ -120,7 +120,7 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   kl_forward_args fa;
   memset(&fa, 0, sizeof(fa));
   const char* dtname = "float32";
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO$ippippsi", kwlist, &xo, &leno, &h0o,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsi", kwlist, &xo, &leno, &h0o,
                                    &c0o, &wo, &yo, &hno, &cno, &fa.num_layers, &fa.bidirectional,
                                    &fa.has_bias, &fa.proj_size, &fa.batch_first, &fa.reverse,
                                    &dtname, &fa.num_threads))
