@@ -20,12 +20,14 @@ h_n/c_n are each sequence's final states.
 
 Each op has a fake (meta) implementation, so ``torch.export`` and
 ``run_decompositions()`` keep one node per op, and a CPU implementation that runs the
-kokoro_lstm C engine on the tensors' memory without copying (float32 or float64,
-contiguous; a batch-major view ``x.transpose(0, 1)`` of a contiguous batch_first tensor
-is also read in place). Packed weights are cached across calls, keyed on the weight
-tensors' identity, data pointer, ``_version`` and shape, so an in-place update of a
-weight is never served stale. The ops are inference-only: a tensor that requires grad
-while grad mode is on is an error. Threads: :func:`set_num_threads`, by default
+kokoro_lstm C engine's one entry (``kl_lstm_forward``) on the tensors' memory without
+copying (float32 or float64; a batch-major view ``x.transpose(0, 1)`` of a contiguous
+batch_first tensor is also read in place). Packed weights live in the engine's weight
+cache, shared with the NumPy API and TVM: keyed on the weights' memory and checked by
+a fingerprint of their bytes on every call, so no update is ever served stale (in-place
+ops, ``.data`` writes, writes through ``.numpy()`` views alike). The ops themselves
+have no backward: calling one directly with a tensor that requires grad while grad
+mode is on is an error (a patched ``nn.LSTM`` runs PyTorch's LSTM in that case). Threads: :func:`set_num_threads`, by default
 ``KOKORO_LSTM_NUM_THREADS`` if set, else ``torch.get_num_threads()``; the two
 directions of a bidirectional op run in parallel on one engine.
 
@@ -528,12 +530,17 @@ class KokoroLSTM(nn.LSTM):
     Same parameters, state_dict keys, constructor, forward signature and results as
     nn.LSTM; made by :func:`patch_lstm_modules` (which swaps an instance's class in
     place) or constructed directly. proj_size > 0 is not supported by the ops.
-    Inference only.
+    When autograd records the call (grad mode on and a parameter, the input or a
+    state requires grad), it runs PyTorch's own LSTM instead, so training and
+    ``backward()`` work as with nn.LSTM; under ``torch.no_grad()`` /
+    ``inference_mode()`` (or ``requires_grad_(False)``) it runs the kokoro engine.
     """
 
     def forward(self, input, hx=None):  # noqa: A002 - nn.LSTM's signature
         if self.proj_size > 0:
             raise NotImplementedError("kokoro ops do not support proj_size > 0")
+        if _needs_autograd(self, input, hx):
+            return self._autograd_forward(input, hx)
         if isinstance(input, ExportPackedSequence):
             x = input.padded.transpose(0, 1) if input.batch_first else input.padded
             out, hidden = self._run(x, hx, input.lengths)
@@ -577,6 +584,17 @@ class KokoroLSTM(nn.LSTM):
             out = out.transpose(0, 1)
         return out, (h_n, c_n)
 
+    def _autograd_forward(self, input, hx):
+        """PyTorch's own LSTM (same results, gradients), for when autograd records."""
+        if not isinstance(input, ExportPackedSequence):
+            return nn.LSTM.forward(self, input, hx)
+        packed = _orig_pack_padded_sequence(input.padded, input.lengths.cpu(),
+                                            batch_first=input.batch_first, enforce_sorted=False)
+        out, hidden = nn.LSTM.forward(self, packed, hx)
+        T = input.padded.shape[1 if input.batch_first else 0]
+        out, _ = _orig_pad_packed_sequence(out, batch_first=input.batch_first, total_length=T)
+        return ExportPackedSequence(out, input.lengths, input.batch_first, masked=True), hidden
+
     def _run(self, x, hx, lengths):
         """x: [T, B, I] seq-first. Returns (out [T, B, D*H], (h_n, c_n) [L*D, B, H])."""
         L, H = self.num_layers, self.hidden_size
@@ -607,6 +625,19 @@ class KokoroLSTM(nn.LSTM):
         if L == 1:
             return x, (hs[0], cs[0])
         return x, (torch.cat(hs, 0), torch.cat(cs, 0))
+
+
+def _needs_autograd(module, input, hx) -> bool:
+    """True when grad mode is on, autograd would record this call (a parameter, the
+    input or a state requires grad) and it is not being traced for export (exported
+    graphs keep one kokoro op per layer)."""
+    if not torch.is_grad_enabled() or _is_tracing():
+        return False
+    tensors = [getattr(input, "data" if isinstance(input, PackedSequence) else "padded", input)]
+    if hx is not None:
+        tensors += list(hx)
+    return (any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+            or any(p.requires_grad for p in module.parameters(recurse=False)))
 
 
 _patched_classes = {nn.LSTM: KokoroLSTM}

@@ -346,7 +346,7 @@ def test_native_weights_never_stale():
     with torch.no_grad():
         getattr(lstm, "weight_hh_l0_reverse")[3, 4] += 0.5
     _check(run(), _torch_lstm(lstm, x, None), "after in-place update")
-    assert kt.cache_info()["rebuilds"] == info["rebuilds"] + 1
+    assert kt.cache_info()["repacks"] == info["repacks"] + 1
 
 
 def _subprocess(code, *args):
@@ -364,45 +364,62 @@ def test_import_is_light_and_registers_lazily():
         assert "tvm" not in sys.modules and "torch" not in sys.modules, "heavy import"
         assert "tvm_ffi" not in sys.modules
         import tvm_ffi
-        print(tvm_ffi.get_global_func("kokoro_lstm.lstm_forward", allow_missing=True) is not None)
+        print(tvm_ffi.get_global_func("kokoro_lstm.lstm_forward_v2", allow_missing=True) is not None)
     """)
     assert out.strip() == "True"
 
 
+# Blocks every import of kokoro_lstm in a subprocess: an exported native library must
+# run there, with only TVM's runtime (the engine is linked into the library).
+_BLOCK_KOKORO = """
+import importlib.abc, sys
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "kokoro_lstm":
+            raise ImportError("kokoro_lstm is blocked in this process")
+sys.meta_path.insert(0, _Block())
+"""
+
+
 def test_export_library_fresh_process(tmp_path):
-    """export_library, then load and run in a fresh process (native: `import kokoro_lstm`
-    registers the function, before or after tvm is imported)."""
-    ep, inputs, _ = _quad(7)
-    np.savez(tmp_path / "inputs.npz", *inputs)
-    expected = {}
-    for method in ("native", "tir"):
-        lib = tmp_path / f"quad_{method}.so"
-        tvm.compile(kt.from_exported_program(ep, lstm_method=method,
-                                             run_ep_decomposition=False),
-                    target="llvm").export_library(str(lib))
-        expected[method] = _quad_outputs(method, 7)
-        np.savez(tmp_path / f"expected_{method}.npz", *expected[method])
-    code = """
-        import sys
-        order = sys.argv[2]
-        if order == "kokoro-first":
-            import kokoro_lstm
-        import numpy as np, tvm
-        from tvm import relax
-        if order == "tvm-first":
-            import kokoro_lstm
-        d = sys.argv[1]
-        inputs = list(np.load(d + "/inputs.npz").values())
+    """kt.export_library, then load and run in a fresh process: one in which
+    kokoro_lstm cannot be imported at all (the library carries the engine and
+    registers its function when loaded), and ones that import it before or after
+    tvm. Uni/bi, lengths, h0/c0 (the quad), 2- and 3-layer, proj (the stack)."""
+    cases = {"quad": _quad(7)[:2], "stack": _stack()[:2]}
+    for name, (ep, inputs) in cases.items():
+        np.savez(tmp_path / f"inputs_{name}.npz", *inputs)
         for method in ("native", "tir"):
-            vm = relax.VirtualMachine(tvm.runtime.load_module(f"{d}/quad_{method}.so"), tvm.cpu())
-            got = [r.numpy() for r in vm["main"](*[tvm.runtime.tensor(a) for a in inputs])]
-            exp = list(np.load(f"{d}/expected_{method}.npz").values())
-            assert len(got) == len(exp) == 12
-            assert all(np.array_equal(g, e) for g, e in zip(got, exp)), method
-        print("ok")
-    """
-    for order in ("kokoro-first", "tvm-first"):
-        assert _subprocess(code, str(tmp_path), order).strip().endswith("ok")
+            mod = kt.from_exported_program(ep, lstm_method=method)
+            ex = tvm.compile(mod, target="llvm")
+            kt.export_library(ex, tmp_path / f"{name}_{method}.so")
+            np.savez(tmp_path / f"expected_{name}_{method}.npz",
+                     *_run(relax.VirtualMachine(ex, tvm.cpu()), inputs))
+    code = _BLOCK_KOKORO + """
+import sys
+d, order = sys.argv[1], sys.argv[2]
+unblock = lambda: sys.meta_path.remove(next(f for f in sys.meta_path if isinstance(f, _Block)))
+if order == "kokoro-first":
+    unblock()
+    import kokoro_lstm
+import numpy as np, tvm
+from tvm import relax
+if order == "tvm-first":
+    unblock()
+    import kokoro_lstm
+for name in ("quad", "stack"):
+    inputs = list(np.load(f"{d}/inputs_{name}.npz").values())
+    for method in ("native", "tir"):
+        vm = relax.VirtualMachine(tvm.runtime.load_module(f"{d}/{name}_{method}.so"), tvm.cpu())
+        got = [r.numpy() for r in vm["main"](*[tvm.runtime.tensor(a) for a in inputs])]
+        exp = list(np.load(f"{d}/expected_{name}_{method}.npz").values())
+        assert len(got) == len(exp) and len(exp) in (9, 12), (name, len(got))
+        assert all(np.array_equal(g, e) for g, e in zip(got, exp)), (name, method)
+assert ("kokoro_lstm" in sys.modules) == (order != "blocked")
+print("ok")
+"""
+    for order in ("blocked", "kokoro-first", "tvm-first"):
+        assert _subprocess(code, str(tmp_path), order).strip().endswith("ok"), order
 
 
 # ----------------------------------------------------------------------------------
