@@ -13,6 +13,7 @@
 #                     a reference BLAS) and run under qemu-aarch64: every ISA, NEON kernels
 #   make ctest-portable  the C test built with -DKL_FORCE_PORTABLE: the non-Linux code paths
 #                     (condvar barrier, no affinity, no getauxval) compiled and run on Linux
+#   make clang-check  compile-only with clang -Werror: portable paths, aarch64 NEON files
 #   make wheel-test   build the wheel, auditwheel repair it, install it in a fresh venv
 #                     without a compiler and run the core tests against it (tools/wheel_test.sh)
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
@@ -101,7 +102,7 @@ DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py
 
 .PHONY: all venv ext test ctest asan debian-test blas-scipy-test demo bench clean distclean \
-        test-aarch64 ctest-portable wheel-test
+        test-aarch64 ctest-portable wheel-test clang-check
 
 all: test
 
@@ -273,6 +274,20 @@ ctest-portable:
 	$(MAKE) --no-print-directory CFLAGS_EXTRA=-DKL_FORCE_PORTABLE CBUILD=build-c/portable \
 	    build-c/portable/o2/test_core
 	build-c/portable/o2/test_core | tail -n 1
+
+# Compile-only with clang (what macOS uses): the portable paths for the host, and for
+# aarch64 every NEON file (apt-get install clang; not part of CI).
+CLANG ?= clang
+CLANG_FLAGS := -std=c11 -Wall -Wextra -Werror -pthread -O2 -DKL_FORCE_PORTABLE $(INCS)
+clang-check:
+	@mkdir -p build-c/clang
+	for f in src/core/*.c src/kernels/*/*-scalar.c $(TEST_SRC); do \
+	  $(CLANG) $(CLANG_FLAGS) -c $$f -o build-c/clang/x.o; done
+	for f in src/core/*.c src/kernels/*/*-scalar.c src/kernels/*/*-neon.c $(TEST_SRC) src/tests/refblas/refblas.c; do \
+	  $(CLANG) --target=aarch64-linux-gnu $(CLANG_FLAGS) -DKL_BLAS_REF -Isrc/tests/refblas -c $$f -o build-c/clang/a.o; done
+	for f in src/kernels/*/*-neonbf16.c; do \
+	  $(CLANG) --target=aarch64-linux-gnu $(CLANG_FLAGS) -march=armv8.2-a+bf16 -c $$f -o build-c/clang/a.o; done
+	@echo "clang-check: all compiled"
 
 wheel-test:
 	PYTHON=$(PYTHON) tools/wheel_test.sh

@@ -962,3 +962,14 @@ def test_bfloat16_awkward_sizes(isa, I, H, T, B):
     ref, (rh, rc) = reference.lstm(x, sd, num_layers=1, bidirectional=True)
     out, (h, c) = m(x)
     assert np.abs(out - ref).max() <= 3e-2 and np.abs(c - rc).max() <= 3e-2
+
+
+def test_version_and_cli(capsys):
+    from kokoro_lstm._version import __version__
+    from kokoro_lstm.cli import main
+
+    assert kl.__version__ == __version__ and __version__[0].isdigit()
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kokoro-lstm {__version__}"
