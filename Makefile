@@ -52,7 +52,7 @@ endif
 X86_KERNELS := %-avx2fma.c %-avx512f.c %-avx512bf16.c
 ARM_KERNELS := %-neon.c %-neonbf16.c
 CC_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
-OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(findstring aarch64,$(CC_MACHINE)),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
+OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(or $(findstring aarch64,$(CC_MACHINE)),$(findstring arm64,$(CC_MACHINE))),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
 CORE_SRCS := $(sort $(filter-out $(OTHER_KERNELS),$(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c)))
 TEST_SRC := src/tests/test_core.c
 HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h)
