@@ -9,6 +9,13 @@
 #                     separate tree (build-c/debian) and run the core Python tests there
 #   make blas-scipy-test  the C test and the core Python tests against the
 #                     scipy-openblas32 wheel instead of the system OpenBLAS
+#   make test-aarch64 the C test cross-compiled for aarch64 (Debian's gcc-aarch64-linux-gnu,
+#                     a reference BLAS) and run under qemu-aarch64: every ISA, NEON kernels
+#   make ctest-portable  the C test built with -DKL_FORCE_PORTABLE: the non-Linux code paths
+#                     (condvar barrier, no affinity, no getauxval) compiled and run on Linux
+#   make clang-check  compile-only with clang -Werror: portable paths, aarch64 NEON files
+#   make wheel-test   build the wheel, auditwheel repair it, install it in a fresh venv
+#                     without a compiler and run the core tests against it (tools/wheel_test.sh)
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
@@ -16,7 +23,7 @@
 #
 # BLAS for the C test follows setup.py: KOKORO_LSTM_BLAS=auto (default: the
 # system OpenBLAS via pkg-config, else the scipy-openblas32 wheel from .venv),
-# system, or scipy-openblas32.
+# system, or scipy-openblas32; `ref` (C test only) links src/tests/refblas instead.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -41,24 +48,32 @@ CC := gcc
 endif
 
 # ---- C sources and flags (the same per-file ISA flags as setup.py) -------------------
-CORE_SRCS := $(sort $(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c)) src/tvm/kl_tvm_ffi.c
+# Kernels of the other architecture are left out by file suffix (as in setup.py).
+X86_KERNELS := %-avx2fma.c %-avx512f.c %-avx512bf16.c
+ARM_KERNELS := %-neon.c %-neonbf16.c
+CC_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
+OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(or $(findstring aarch64,$(CC_MACHINE)),$(findstring arm64,$(CC_MACHINE))),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
+CORE_SRCS := $(sort $(filter-out $(OTHER_KERNELS),$(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c))) src/tvm/kl_tvm_ffi.c
 TEST_SRC := src/tests/test_core.c
-HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h)
+HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*/*.h src/tvm/*.h)
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fno-math-errno \
-                 -ffp-contract=off
+                 -ffp-contract=off $(CFLAGS_EXTRA)
 OPT_O2 := -O2
 OPT_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer -g -O1
 INCS := -Isrc/include -Isrc/core -Isrc/kernels -Isrc/third_party -Isrc/tvm
 isa_flags = $(strip $(if $(filter %-avx2fma.c,$(1)),-mavx2 -mfma) \
                     $(if $(filter %-avx512f.c,$(1)),-mavx512f -mfma) \
-                    $(if $(filter %-avx512bf16.c,$(1)),-mavx512f -mavx512bf16 -mfma))
+                    $(if $(filter %-avx512bf16.c,$(1)),-mavx512f -mavx512bf16 -mfma) \
+                    $(if $(filter %-neonbf16.c,$(1)),-march=armv8.2-a+bf16))
 
 # ---- BLAS for the C test ----------------------------------------------------------------
 KOKORO_LSTM_BLAS ?= auto
 HAVE_PC_OPENBLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo yes)
 ifeq ($(KOKORO_LSTM_BLAS),scipy-openblas32)
 CBLAS := scipy-openblas32
+else ifeq ($(KOKORO_LSTM_BLAS),ref)
+CBLAS := ref
 else ifeq ($(HAVE_PC_OPENBLAS),yes)
 CBLAS := system
 else ifeq ($(KOKORO_LSTM_BLAS),system)
@@ -74,8 +89,9 @@ else
 BLAS_DEPS :=
 endif
 
-O2_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(TEST_SRC))
-ASAN_OBJS := $(patsubst %.c,$(CBUILD)/asan/%.o,$(CORE_SRCS) $(TEST_SRC))
+BLAS_SRCS := $(if $(filter ref,$(CBLAS)),src/tests/refblas/refblas.c)
+O2_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
+ASAN_OBJS := $(patsubst %.c,$(CBUILD)/asan/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
 O2_BIN := $(CBUILD)/o2/test_core
 ASAN_BIN := $(CBUILD)/asan/test_core
 
@@ -85,7 +101,8 @@ DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenb
 DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py
 
-.PHONY: all venv ext test ctest asan debian-test blas-scipy-test demo bench clean distclean
+.PHONY: all venv ext test ctest asan debian-test blas-scipy-test demo bench clean distclean \
+        test-aarch64 ctest-portable wheel-test clang-check
 
 all: test
 
@@ -135,6 +152,9 @@ $(BLAS_FLAGS) &: $(BLAS_DEPS)
 ifeq ($(CBLAS),system)
 	pkg-config --cflags openblas > $(CBUILD)/blas.cflags
 	pkg-config --libs openblas > $(CBUILD)/blas.libs
+else ifeq ($(CBLAS),ref)
+	echo "-DKL_BLAS_REF=1 -Isrc/tests/refblas" > $(CBUILD)/blas.cflags
+	: > $(CBUILD)/blas.libs
 else ifeq ($(CBLAS),scipy-openblas32)
 	$(VPY) -c 'import scipy_openblas32 as s; print("-DKL_BLAS_SCIPY=1 -I" + s.get_include_dir())' \
 	    > $(CBUILD)/blas.cflags
@@ -211,6 +231,66 @@ debian-test:
 	    $(DEB_PY) -c 'import numpy, kokoro_lstm; print("debian:", "numpy", numpy.__version__, kokoro_lstm.build_info())'
 	cd $(DEB_DIR) && env -u KOKORO_LSTM_REQUIRE -u PYTHONPATH -u VIRTUAL_ENV PYTHONNOUSERSITE=1 \
 	    $(DEB_PY) -m pytest -q -p no:cacheprovider $(DEB_TESTS)
+
+# ---- aarch64 (cross-compiled, run under qemu) and the portable (non-Linux) paths ------
+# The core and src/tests/test_core.c built with Debian's aarch64 cross compiler against
+# the reference BLAS, run under qemu-aarch64: once with every ISA the emulated CPU has
+# (qemu's `max` CPU: neon and neon-bf16), once per KOKORO_LSTM_ISA, and on a CPU without
+# BF16 (cortex-a72: detection must stop at neon).
+AARCH64_CC ?= aarch64-linux-gnu-gcc
+QEMU_AARCH64 ?= qemu-aarch64
+AARCH64_SYSROOT ?= /usr/aarch64-linux-gnu
+AARCH64_PKGS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+AARCH64_BIN := build-c/aarch64/o2/test_core
+QEMU_RUN := $(QEMU_AARCH64) -L $(AARCH64_SYSROOT)
+
+test-aarch64:
+	@if ! command -v $(AARCH64_CC) >/dev/null || ! command -v $(QEMU_AARCH64) >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "test-aarch64 needs: $(AARCH64_PKGS) (apt-get install as root)"; exit 1; fi; \
+	  echo "== apt-get install $(AARCH64_PKGS)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y --no-install-recommends $(AARCH64_PKGS) || \
+	    { apt-get update && apt-get install -y --no-install-recommends $(AARCH64_PKGS); }; \
+	fi
+	$(MAKE) --no-print-directory CC=$(AARCH64_CC) KOKORO_LSTM_BLAS=ref CBUILD=build-c/aarch64 $(AARCH64_BIN)
+	@echo "== $(AARCH64_BIN) under qemu-aarch64 -cpu max (every ISA)"
+	QEMU_CPU=max $(QEMU_RUN) $(AARCH64_BIN) > build-c/aarch64/max.log || { tail -n 40 build-c/aarch64/max.log; exit 1; }
+	grep -E "^kokoro_lstm core test|^SKIP|passed, " build-c/aarch64/max.log
+	grep -q "isa detected=neon-bf16" build-c/aarch64/max.log
+	@for isa in scalar neon neon-bf16; do \
+	  echo "== KOKORO_LSTM_ISA=$$isa"; \
+	  QEMU_CPU=max KOKORO_LSTM_ISA=$$isa $(QEMU_RUN) $(AARCH64_BIN) | tail -n 1; \
+	done
+	@echo "== qemu-aarch64 -cpu cortex-a72 (no BF16): detection must give neon"
+	QEMU_CPU=cortex-a72 KOKORO_LSTM_ISA=neon $(QEMU_RUN) $(AARCH64_BIN) | tee build-c/aarch64/a72.log | tail -n 1
+	grep -q "isa detected=neon," build-c/aarch64/a72.log
+	@echo "== the same with -DKL_FORCE_PORTABLE (no getauxval: neon assumed, as on macOS)"
+	$(MAKE) --no-print-directory CC=$(AARCH64_CC) KOKORO_LSTM_BLAS=ref CBUILD=build-c/aarch64-portable \
+	    CFLAGS_EXTRA=-DKL_FORCE_PORTABLE build-c/aarch64-portable/o2/test_core > /dev/null
+	QEMU_CPU=max $(QEMU_RUN) build-c/aarch64-portable/o2/test_core | tail -n 1
+
+# -DKL_FORCE_PORTABLE: the code paths of non-Linux systems (macOS), built and run here.
+ctest-portable:
+	$(MAKE) --no-print-directory CFLAGS_EXTRA=-DKL_FORCE_PORTABLE CBUILD=build-c/portable \
+	    build-c/portable/o2/test_core
+	build-c/portable/o2/test_core | tail -n 1
+
+# Compile-only with clang (what macOS uses): the portable paths for the host, and for
+# aarch64 every NEON file (apt-get install clang; not part of CI).
+CLANG ?= clang
+CLANG_FLAGS := -std=c11 -Wall -Wextra -Werror -pthread -O2 -DKL_FORCE_PORTABLE $(INCS)
+clang-check:
+	@mkdir -p build-c/clang
+	for f in src/core/*.c src/kernels/*/*-scalar.c $(TEST_SRC); do \
+	  $(CLANG) $(CLANG_FLAGS) -c $$f -o build-c/clang/x.o; done
+	for f in src/core/*.c src/kernels/*/*-scalar.c src/kernels/*/*-neon.c $(TEST_SRC) src/tests/refblas/refblas.c; do \
+	  $(CLANG) --target=aarch64-linux-gnu $(CLANG_FLAGS) -DKL_BLAS_REF -Isrc/tests/refblas -c $$f -o build-c/clang/a.o; done
+	for f in src/kernels/*/*-neonbf16.c; do \
+	  $(CLANG) --target=aarch64-linux-gnu $(CLANG_FLAGS) -march=armv8.2-a+bf16 -c $$f -o build-c/clang/a.o; done
+	@echo "clang-check: all compiled"
+
+wheel-test:
+	PYTHON=$(PYTHON) tools/wheel_test.sh
 
 # ---- demo / bench ----------------------------------------------------------------------
 DEMO_ARGS ?=

@@ -6,7 +6,8 @@ BLAS is OpenBLAS, chosen by KOKORO_LSTM_BLAS:
   system             pkg-config's openblas, or fail
   scipy-openblas32   the wheel (symbols prefixed scipy_; preloaded at import)
 ISA kernels get their own flags by file name (*-avx2fma.c, *-avx512f.c,
-*-avx512bf16.c); nothing is built with -march=native.
+*-avx512bf16.c on x86-64; *-neon.c, *-neonbf16.c on aarch64/arm64); the other
+architecture's kernel files are left out. Nothing is built with -march=native.
 
 Besides the extension, the build writes kokoro_lstm/lib/kokoro_lstm_tvm.o: the
 engine (core, kernels, tvm-ffi glue) as one relocatable object with hidden
@@ -19,6 +20,7 @@ import os
 import shlex
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -28,12 +30,28 @@ ISA_FLAGS = {
     "-avx2fma.c": ["-mavx2", "-mfma"],
     "-avx512f.c": ["-mavx512f", "-mfma"],
     "-avx512bf16.c": ["-mavx512f", "-mavx512bf16", "-mfma"],
+    "-neon.c": [],
+    "-neonbf16.c": ["-march=armv8.2-a+bf16"],
 }
+ARCH_KERNELS = {"x86": ("-avx2fma.c", "-avx512f.c", "-avx512bf16.c"), "arm": ("-neon.c", "-neonbf16.c")}
+
+
+def _target_arch():
+    """x86 or arm (the target: sysconfig honours cross builds' _PYTHON_HOST_PLATFORM), else None."""
+    plat = sysconfig.get_platform().lower()
+    if plat.endswith(("x86_64", "amd64")):
+        return "x86"
+    if plat.endswith(("aarch64", "arm64")):
+        return "arm"
+    return None
 WARN = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-O2", "-fno-math-errno",
         "-ffp-contract=off", "-pthread", "-fvisibility=hidden"]
 INCLUDE = ["src/include", "src/core", "src/kernels", "src/third_party", "src/tvm"]
-ENGINE_SOURCES = sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")) + [
-    "src/tvm/kl_tvm_ffi.c"]
+ARCH = _target_arch()
+# the engine: core, this architecture's kernels, tvm-ffi glue
+ENGINE_SOURCES = [s for s in sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c"))
+                  if not any(s.endswith(suffix) for a, sfx in ARCH_KERNELS.items() if a != ARCH
+                             for suffix in sfx)] + ["src/tvm/kl_tvm_ffi.c"]
 
 
 def _pkg_config_openblas():
@@ -56,8 +74,14 @@ def _scipy_openblas():
         import scipy_openblas32 as so
     except ImportError:
         return None
+    # No absolute RUNPATH into the (often temporary) build environment: the
+    # installed wheel finds the library in the scipy_openblas32 package next to
+    # kokoro_lstm (relative rpath), and kokoro_lstm/__init__.py preloads it
+    # (in-place builds). auditwheel/delocate exclude it from the wheel.
+    origin = "@loader_path" if sys.platform == "darwin" else "$ORIGIN"
     return dict(include_dirs=[so.get_include_dir()], library_dirs=[so.get_lib_dir()],
-                libraries=[so.get_library()], runtime_library_dirs=[so.get_lib_dir()],
+                libraries=[so.get_library()], runtime_library_dirs=[],
+                link_args=[f"-Wl,-rpath,{origin}/../scipy_openblas32/lib"],
                 define_macros=[("KL_BLAS_SCIPY", "1")], blas="scipy-openblas32")
 
 
@@ -132,7 +156,7 @@ class BuildExt(build_ext):
 
 BLAS = find_blas()
 sources = ENGINE_SOURCES + ["src/python/module.c"]
-if not any(s.endswith("-avx512f.c") for s in sources):
+if not any(s.endswith("-scalar.c") for s in sources):
     raise SystemExit("kernel sources missing")
 
 ext = Extension(
@@ -144,7 +168,7 @@ ext = Extension(
     runtime_library_dirs=BLAS["runtime_library_dirs"],
     define_macros=BLAS["define_macros"],
     extra_compile_args=WARN,
-    extra_link_args=["-pthread", "-ldl"],
+    extra_link_args=["-pthread", "-ldl"] + BLAS.get("link_args", []),
     depends=[h for d in INCLUDE for h in glob.glob(f"{d}/**/*.h", recursive=True)],
 )
 

@@ -8,9 +8,17 @@
 """
 
 
-def _preload_blas():
-    """The scipy-openblas32 build links libscipy_openblas without an install
-    path: load it first, as NumPy does with its own OpenBLAS."""
+from ._version import __version__
+
+# The scipy-openblas32 library's file name per platform (the wheel ships
+# libscipy_openblas.so on Linux, libscipy_openblas.dylib on macOS).
+_SHLIB_SUFFIX = {"darwin": ".dylib", "win32": ".dll", "cygwin": ".dll"}
+
+
+def _preload_blas() -> None:
+    """The scipy-openblas32 build finds libscipy_openblas through a relative
+    rpath when installed next to the scipy_openblas32 package; load it first
+    anyway (in-place builds, other layouts), as NumPy does with its own OpenBLAS."""
     try:
         from ._build_config import BLAS
     except ImportError:  # built by other means (e.g. the Makefile's C tests)
@@ -18,20 +26,28 @@ def _preload_blas():
     if BLAS == "scipy-openblas32":
         import ctypes
         import os
+        import sys
 
         import scipy_openblas32
 
-        lib = os.path.join(scipy_openblas32.get_lib_dir(), f"lib{scipy_openblas32.get_library()}.so")
-        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        libdir = scipy_openblas32.get_lib_dir()
+        name = "lib" + scipy_openblas32.get_library() + _SHLIB_SUFFIX.get(sys.platform, ".so")
+        if not os.path.exists(os.path.join(libdir, name)):  # another naming: take what is there
+            found = sorted(f for f in os.listdir(libdir) if f.startswith("libscipy_openblas")
+                           and f.endswith((".so", ".dylib", ".dll")))
+            name = found[0] if found else name
+        ctypes.CDLL(os.path.join(libdir, name), mode=ctypes.RTLD_GLOBAL)
 
 
 _preload_blas()
+
+from typing import Any, Dict  # noqa: E402
 
 from . import _core  # noqa: E402
 from .numpy_api import LSTM, cache_info, clear_cache, default_num_threads, lstm_forward  # noqa: E402
 
 
-def build_info() -> dict:
+def build_info() -> Dict[str, Any]:
     """What this build uses: BLAS, detected and active ISA, bfloat16 support."""
     return {
         "blas": _core.blas_name(),
@@ -41,7 +57,7 @@ def build_info() -> dict:
     }
 
 
-def _register_tvm_native():
+def _register_tvm_native() -> None:
     """Make TVM modules compiled with lstm_method="native" runnable in this
     process: registers kokoro_lstm.lstm_forward with tvm-ffi now if it is
     loaded, else right after it is first imported. Imports neither tvm nor torch."""
@@ -55,5 +71,5 @@ def _register_tvm_native():
 
 _register_tvm_native()
 
-__all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info", "clear_cache", "cache_info"]
-__version__ = "0.1.0"
+__all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info", "clear_cache", "cache_info",
+           "__version__"]

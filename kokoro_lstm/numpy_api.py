@@ -13,10 +13,14 @@ import math
 import os
 import re
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple
 
 import numpy as np
 
 from . import _core
+
+if TYPE_CHECKING:  # annotations only (postponed by `from __future__ import annotations`)
+    from numpy.typing import ArrayLike
 
 __all__ = ["LSTM", "lstm_forward", "default_num_threads", "clear_cache", "cache_info"]
 
@@ -208,9 +212,10 @@ class LSTM:
     bound 1e-2).
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 bidirectional=False, proj_size=0, *, dtype="float32", num_threads=None,
-                 _weights=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, bidirectional: bool = False, proj_size: int = 0, *,
+                 dtype: str = "float32", num_threads: Optional[int] = None,
+                 _weights: Optional[Mapping[str, np.ndarray]] = None) -> None:
         for name, v, lo in (("input_size", input_size, 1), ("hidden_size", hidden_size, 1),
                             ("num_layers", num_layers, 1), ("proj_size", proj_size, 0)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
@@ -263,7 +268,8 @@ class LSTM:
                 for kind in kinds]
 
     @classmethod
-    def from_state_dict(cls, state_dict, *, batch_first=False, dtype="float32", num_threads=None):
+    def from_state_dict(cls, state_dict: Mapping[str, ArrayLike], *, batch_first: bool = False,
+                        dtype: str = "float32", num_threads: Optional[int] = None) -> LSTM:
         """Builds from PyTorch nn.LSTM state_dict keys; sizes are inferred."""
         _io_dtype(dtype)
         sd = OrderedDict()
@@ -299,7 +305,8 @@ class LSTM:
                    dtype=dtype, num_threads=num_threads, _weights=weights)
 
     @classmethod
-    def from_torch(cls, module, *, dtype="float32", num_threads=None):
+    def from_torch(cls, module: Any, *, dtype: str = "float32",
+                   num_threads: Optional[int] = None) -> LSTM:
         """Builds from a torch.nn.LSTM (its weights are copied and packed)."""
         for attr in ("input_size", "hidden_size", "num_layers", "bidirectional", "batch_first"):
             if not hasattr(module, attr):
@@ -313,14 +320,16 @@ class LSTM:
         """Copies of the weights as given (PyTorch key names)."""
         return OrderedDict((k, v.copy()) for k, v in self._state.items())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         extra = f", proj_size={self.proj_size}" if self.proj_size else ""
         return (f"kokoro_lstm.LSTM({self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
                 f"bias={self.bias}, batch_first={self.batch_first}, bidirectional={self.bidirectional}"
                 f"{extra}, dtype={self.dtype!r})")
 
     # -- forward -------------------------------------------------------------
-    def __call__(self, x, hx=None, *, lengths=None, num_threads=None):
+    def __call__(self, x: ArrayLike, hx: Optional[Tuple[ArrayLike, ArrayLike]] = None, *,
+                 lengths: Optional[ArrayLike] = None, num_threads: Optional[int] = None,
+                 ) -> Tuple[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
         """(output, (h_n, c_n)) with torch.nn.LSTM's shapes and semantics.
 
         lengths: per-sequence lengths (each in 1..T) with the semantics of
@@ -348,8 +357,12 @@ class LSTM:
     forward = __call__
 
 
-def lstm_forward(x, w_ih, w_hh, b_ih=None, b_hh=None, h0=None, c0=None, *, reverse=False,
-                 lengths=None, batch_first=False, num_threads=None, dtype=None):
+def lstm_forward(x: ArrayLike, w_ih: ArrayLike, w_hh: ArrayLike, b_ih: Optional[ArrayLike] = None,
+                 b_hh: Optional[ArrayLike] = None, h0: Optional[ArrayLike] = None,
+                 c0: Optional[ArrayLike] = None, *, reverse: bool = False,
+                 lengths: Optional[ArrayLike] = None, batch_first: bool = False,
+                 num_threads: Optional[int] = None, dtype: Optional[str] = None,
+                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One LSTM layer, one direction: returns (y, h_n, c_n).
 
     x is [T, B, I] ([B, T, I] if batch_first, [T, I] unbatched); w_ih [4H, I],

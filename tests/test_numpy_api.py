@@ -22,7 +22,8 @@ _core = kl._core
 
 F32_TOL = 2e-6
 F64_TOL = 1e-12
-ISAS = ["scalar", "avx2", "avx512"]
+ISAS = ["scalar", "avx2", "avx512", "neon", "neon-bf16"]
+ISA_LADDERS = (["scalar", "avx2", "avx512"], ["scalar", "neon", "neon-bf16"])  # x86-64, aarch64
 
 
 # --------------------------------------------------------------------------
@@ -487,7 +488,8 @@ def test_threads_bitwise_identical(dtype, bi, B):
 def _supported_isas():
     det = _core.detected_isa()
     assert det in ISAS
-    return ISAS[:ISAS.index(det) + 1]
+    ladder = next(lad for lad in ISA_LADDERS if det in lad)
+    return ladder[:ladder.index(det) + 1]
 
 
 @pytest.fixture(params=ISAS)
@@ -960,3 +962,14 @@ def test_bfloat16_awkward_sizes(isa, I, H, T, B):
     ref, (rh, rc) = reference.lstm(x, sd, num_layers=1, bidirectional=True)
     out, (h, c) = m(x)
     assert np.abs(out - ref).max() <= 3e-2 and np.abs(c - rc).max() <= 3e-2
+
+
+def test_version_and_cli(capsys):
+    from kokoro_lstm._version import __version__
+    from kokoro_lstm.cli import main
+
+    assert kl.__version__ == __version__ and __version__[0].isdigit()
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kokoro-lstm {__version__}"

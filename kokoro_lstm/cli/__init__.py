@@ -6,6 +6,7 @@ Subcommands::
         compile Kokoro's encoder components with Apache TVM (a drop-in for kokoro-tvm's
         port_encoder.py; see kokoro_lstm.cli.port_encoder)
     kokoro-lstm demo [--seq-len 32] [--methods native tir relax] [--output-dir DIR]
+    kokoro-lstm --version
         port text_encoder and duration with several LSTM methods (random weights,
         validated) and print one table (see kokoro_lstm.cli.demo)
 
@@ -16,6 +17,9 @@ tvm.
 from __future__ import annotations
 
 import sys
+from typing import List, Optional
+
+from .._version import __version__
 
 __all__ = ["main"]
 
@@ -26,6 +30,7 @@ def _parser():
     p = port_encoder._Parser(
         prog="kokoro-lstm",
         description="kokoro_lstm command line: port Kokoro's encoder to Apache TVM.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="{port-encoder,demo}",
                            parser_class=port_encoder._Parser)
     sub.required = True
@@ -40,7 +45,7 @@ def _parser():
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``kokoro-lstm`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     return args.func(args)

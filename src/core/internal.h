@@ -151,6 +151,12 @@ void kl_bf16_lstmcell_ukernel__avx512bf16(size_t, size_t, size_t, size_t, const 
 void kl_bf16_gemm_ukernel__avx512bf16(size_t, size_t, size_t, const uint32_t*, const uint16_t*,
                                       float*, size_t);
 void kl_f32_to_bf16_pairs__avx512bf16(size_t, size_t, const float*, size_t, uint32_t*);
+#elif defined(__aarch64__) || defined(_M_ARM64)
+#define KL_HAVE_NEON 1
+/* NEON: float32 and widening bfloat16 kernels (-neon.c); the BFDOT cell (-neonbf16.c). */
+KL_DECLARE_ISA(neon)
+void kl_bf16_lstmcell_ukernel__neonbf16(size_t, size_t, size_t, size_t, const void*,
+                                        const void*, size_t, const kl_cell_row*);
 #endif
 
 void kl_f64_lstmcell_ukernel__scalar(size_t, size_t, size_t, size_t, const void*, const void*,

@@ -1,7 +1,10 @@
 /* Persistent thread pool (after ggml's): workers live for the process, the
  * caller is thread 0, a job is announced by bumping an atomic generation
  * counter; workers spin briefly for the next job, then sleep on a condvar.
- * One job at a time: concurrent callers are serialized by a mutex. */
+ * One job at a time: concurrent callers are serialized by a mutex.
+ * Linux-only calls (futex, affinity) are under KL_LINUX; elsewhere (macOS) the
+ * barrier sleeps on a condition variable and workers are not pinned.
+ * -DKL_FORCE_PORTABLE builds those paths on Linux (`make ctest-portable`). */
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -10,7 +13,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __linux__
+#if defined(__linux__) && !defined(KL_FORCE_PORTABLE)
+#define KL_LINUX 1
 #include <linux/futex.h>
 #include <sys/syscall.h>
 
@@ -21,6 +25,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define KL_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define KL_PAUSE() __asm__ __volatile__("yield")
 #else
 #define KL_PAUSE() ((void)0)
 #endif
@@ -78,7 +84,7 @@ static int g_start_gen[KL_MAX_THREADS];
  * 30 ms pause ran at 1-thread speed (13.3 vs 6.4 ms). The caller (thread 0)
  * is never pinned. */
 static void pin_worker(int ith) {
-#ifdef __linux__
+#ifdef KL_LINUX
   const char* env = getenv("KOKORO_LSTM_PIN");
   if (env && strcmp(env, "0") == 0) return;
   cpu_set_t allowed, one;
@@ -190,22 +196,49 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
 }
 
 /* Sleep while *addr == val / wake every sleeper on addr. */
+#ifdef KL_LINUX
 static void wait_on(atomic_int* addr, int val) {
-#ifdef __linux__
   syscall(SYS_futex, (int*)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-#else
-  (void)addr, (void)val;
-  sched_yield();
-#endif
 }
 
 static void wake_all(atomic_int* addr) {
-#ifdef __linux__
   syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-#else
-  (void)addr;
-#endif
 }
+#else
+/* A few mutex/condvar pairs shared by address: the waker changes *addr before
+ * taking the lock, the sleeper rechecks it under the lock, so no wake is lost;
+ * a wake meant for another address sharing the pair only causes a recheck. */
+#define KL_WAIT_SLOTS 16
+static pthread_mutex_t g_wait_lock[KL_WAIT_SLOTS];
+static pthread_cond_t g_wait_cond[KL_WAIT_SLOTS];
+static pthread_once_t g_wait_once = PTHREAD_ONCE_INIT;
+
+static void wait_init(void) {
+  for (int i = 0; i < KL_WAIT_SLOTS; i++) {
+    pthread_mutex_init(&g_wait_lock[i], NULL);
+    pthread_cond_init(&g_wait_cond[i], NULL);
+  }
+}
+
+static int wait_slot(const atomic_int* addr) {
+  pthread_once(&g_wait_once, wait_init);
+  return (int)(((uintptr_t)addr >> 6) % KL_WAIT_SLOTS);
+}
+
+static void wait_on(atomic_int* addr, int val) {
+  const int s = wait_slot(addr);
+  pthread_mutex_lock(&g_wait_lock[s]);
+  while (atomic_load(addr) == val) pthread_cond_wait(&g_wait_cond[s], &g_wait_lock[s]);
+  pthread_mutex_unlock(&g_wait_lock[s]);
+}
+
+static void wake_all(atomic_int* addr) {
+  const int s = wait_slot(addr);
+  pthread_mutex_lock(&g_wait_lock[s]);
+  pthread_cond_broadcast(&g_wait_cond[s]);
+  pthread_mutex_unlock(&g_wait_lock[s]);
+}
+#endif
 
 void kl_barrier_init(kl_barrier* b, int n) {
   atomic_init(&b->count, 0);
@@ -235,7 +268,7 @@ void kl_barrier_wait(kl_barrier* b) {
 static atomic_int g_num_threads; /* 0: not set */
 
 static int usable_cpus(void) {
-#ifdef __linux__
+#ifdef KL_LINUX
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
 #endif

@@ -177,9 +177,19 @@ void kl_set_num_threads(int n);
 int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size);
 
 /* ---- CPU dispatch ------------------------------------------------------ */
-typedef enum kl_isa { KL_ISA_SCALAR = 0, KL_ISA_AVX2 = 1, KL_ISA_AVX512 = 2 } kl_isa;
+/* x86-64: scalar < avx2 < avx512; aarch64: scalar < neon < neon-bf16. Only the
+ * current architecture's names are ever supported (kl_isa_supported). */
+typedef enum kl_isa {
+  KL_ISA_SCALAR = 0,
+  KL_ISA_AVX2 = 1,
+  KL_ISA_AVX512 = 2,
+  KL_ISA_NEON = 3,
+  KL_ISA_NEON_BF16 = 4, /* NEON + BFDOT (FEAT_BF16) */
+} kl_isa;
+#define KL_ISA_COUNT 5 /* names are kl_isa_name(0 .. KL_ISA_COUNT-1) */
 
 kl_isa kl_isa_detected(void);  /* best ISA this CPU (and build) supports */
+int kl_isa_supported(kl_isa isa); /* 1 if kl_isa_set(isa) would succeed */
 kl_isa kl_isa_active(void);    /* the ISA kernels run with */
 /* Force an ISA (tests, KOKORO_LSTM_ISA); KL_ERR_ARG if the CPU lacks it.
  * Affects kl_lstm objects created afterwards. */

@@ -274,12 +274,12 @@ static PyObject* mod_tvm_register(PyObject* m, PyObject* arg) {
 /* ---- module functions ----------------------------------------------------- */
 
 static int parse_isa(const char* name, kl_isa* isa) {
-  for (int i = KL_ISA_SCALAR; i <= KL_ISA_AVX512; i++)
+  for (int i = 0; i < KL_ISA_COUNT; i++)
     if (strcmp(name, kl_isa_name((kl_isa)i)) == 0) {
       *isa = (kl_isa)i;
       return 1;
     }
-  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2 or avx512)", name);
+  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, neon or neon-bf16)", name);
   return 0;
 }
 

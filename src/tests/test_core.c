@@ -9,6 +9,12 @@
  * Results must be bitwise identical for 1, 2 and 4 threads, bad arguments
  * must give KL_ERR_ARG.
  *
+ * Each SIMD ISA's kernels are also compared with the scalar ones directly
+ * (through internal.h): activations, the read-sum probe, the float32 and
+ * bfloat16 cell and projection kernels, at odd sizes and with +-inf and NaN.
+ * KOKORO_LSTM_ISA=name restricts the ISA loop to that ISA and checks that the
+ * environment variable selected it.
+ *
  * Prints one line per check and finishes with "N passed, M failed"; exits
  * non-zero on any failure.
  */
@@ -21,6 +27,7 @@
 #include <string.h>
 
 #include "kokoro_lstm.h"
+#include "internal.h" /* kernel-level comparisons only */
 
 /* ---- bookkeeping ------------------------------------------------------- */
 
@@ -691,6 +698,130 @@ out:
   free(whr);
 }
 
+/* ---- SIMD kernels vs the scalar ones ------------------------------------ */
+
+/* Both NaN, both the same infinity, or |a - b| <= tol * max(1, |b|). */
+static int close_f(float a, float b, double tol) {
+  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+  if (isinf(a) || isinf(b)) return a == b;
+  return fabs((double)a - (double)b) <= tol * fmax(1.0, fabs((double)b));
+}
+
+/* Worst mismatch of n floats: returns 1 if all close, else records the first. */
+static int all_close(const float* a, const float* b, size_t n, double tol, char* why, size_t wn,
+                     const char* what) {
+  for (size_t i = 0; i < n; i++)
+    if (!close_f(a[i], b[i], tol)) {
+      snprintf(why, wn, " (%s[%zu]: %.9g vs scalar %.9g)", what, i, (double)a[i], (double)b[i]);
+      return 0;
+    }
+  return 1;
+}
+
+static const float SPECIALS[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f,
+                                 -88.0f, 100.0f, -100.0f, 1e30f, -1e30f, 0.5f, -0.5f};
+#define NSPECIALS ((int)(sizeof(SPECIALS) / sizeof(SPECIALS[0])))
+
+static void test_kernels_vs_scalar(kl_isa isa) {
+  const char* name = kl_isa_name(isa);
+  char why[160] = "";
+  /* activations: odd lengths (vector tails), specials at every lane position */
+  {
+    enum { N = 67 };
+    float x[N], ys[N], yv[N];
+    int ok = 1;
+    for (int kind = 0; kind < 2 && ok; kind++) {
+      const kl_f32_vunary_fn fs = kind == 0 ? kl_f32_vsigmoid__scalar : kl_f32_vtanh__scalar;
+      const kl_f32_vunary_fn fv = kind == 0 ? kl_select_vsigmoid() : kl_select_vtanh();
+      for (size_t n = 1; n <= N && ok; n += n < 20 ? 1 : 23) {
+        for (size_t i = 0; i < n; i++)
+          x[i] = i % 3 == 0 ? SPECIALS[(i / 3 + n) % NSPECIALS] : (float)urand(-20.0, 20.0);
+        for (size_t i = 0; i < N; i++) ys[i] = yv[i] = 12345.0f;
+        fs(n, x, ys);
+        fv(n, x, yv);
+        ok = all_close(yv, ys, N, 2e-6, why, sizeof(why), kind == 0 ? "sigmoid" : "tanh");
+      }
+    }
+    check(ok, "[%s kernels] sigmoid/tanh vs scalar, n = 1..20, 43, 66 with +-inf, NaN, +-0, "
+          "+-1e30 (tol 2e-6, NaN for NaN, no write past n)%s", name, why);
+  }
+  /* read-sum probe */
+  {
+    int ok = 1;
+    float x[301];
+    for (int i = 0; i < 301; i++) x[i] = (float)urand(0.0, 1.0);
+    for (size_t n = 0; n <= 301 && ok; n += 7) {
+      const float a = kl_select_rsum()(n, x), b = kl_f32_rsum__scalar(n, x);
+      if (!close_f(a, b, 1e-5)) {
+        ok = 0;
+        snprintf(why, sizeof(why), " (n=%zu: %.9g vs %.9g)", n, (double)a, (double)b);
+      }
+    }
+    x[100] = INFINITY;
+    ok = ok && isinf(kl_select_rsum()(301, x));
+    x[5] = NAN;
+    ok = ok && isnan(kl_select_rsum()(301, x));
+    check(ok, "[%s kernels] read-sum probe vs scalar, n = 0..301 step 7, inf and NaN%s", name, why);
+  }
+  /* cell and projection kernels, float32 and bfloat16 panels */
+  const kl_kernels kf = kl_select_kernels(KL_W_F32), kb = kl_select_kernels(KL_W_BF16);
+  const size_t Rs[] = {1, 2, 3, 17, 33};
+  for (int bf = 0; bf < 2; bf++) {
+    const kl_kernels k = bf ? kb : kf;
+    const kl_lstmcell_ukernel_fn cell_s = bf ? kl_bf16_lstmcell_ukernel__scalar : kl_f32_lstmcell_ukernel__scalar;
+    const kl_lstmproj_ukernel_fn proj_s = bf ? kl_bf16_lstmproj_ukernel__scalar : kl_f32_lstmproj_ukernel__scalar;
+    /* BF16 instructions round h to bfloat16: looser than widening kernels */
+    const double tol = (bf && (isa == KL_ISA_NEON_BF16 || kl_cpu_has_avx512bf16())) ? 2e-2 : 2e-5;
+    int ok = 1;
+    why[0] = 0;
+    for (size_t ri = 0; ri < sizeof(Rs) / sizeof(Rs[0]) && ok; ri++)
+      for (int special = 0; special < 3 && ok; special++) { /* none, +-inf in h, NaN in h */
+        const size_t R = Rs[ri], nblk = 2, Hp = nblk * KL_NR, nb = 3;
+        const size_t npair = (R + 1) / 2, wn = bf ? nblk * npair * 128 : nblk * R * 64;
+        void* w = aligned_alloc(64, (wn * (bf ? 2 : 4) + 63) / 64 * 64);
+        if (!w) exit(2);
+        for (size_t i = 0; i < wn; i++) {
+          const float v = (float)urand(-0.5, 0.5);
+          if (bf) ((uint16_t*)w)[i] = kl_f32_to_bf16(v);
+          else ((float*)w)[i] = v;
+        }
+        if (bf && (R & 1)) /* the pad k of each pair is zero, as packed by the core */
+          for (size_t i = 0; i < wn; i += 2)
+            if ((i / 128) % npair == npair - 1) ((uint16_t*)w)[i + 1] = 0;
+        float bias[4 * 32], gx[3][4 * 32], h[3][40], c_s[3][32], c_v[3][32], o_s[3][32], o_v[3][32];
+        for (size_t i = 0; i < 4 * Hp; i++) bias[i] = (float)urand(-1.0, 1.0);
+        for (size_t e = 0; e < nb; e++) {
+          for (size_t i = 0; i < 4 * Hp; i++) gx[e][i] = (float)urand(-2.0, 2.0);
+          for (size_t i = 0; i < 40; i++) h[e][i] = (float)urand(-1.0, 1.0);
+          for (size_t i = 0; i < Hp; i++) c_s[e][i] = c_v[e][i] = (float)urand(-1.0, 1.0);
+        }
+        if (special == 1) { h[0][R - 1] = INFINITY; h[2][R / 2] = -INFINITY; }
+        if (special == 2) h[1][R / 3] = NAN;
+        kl_cell_row rs[3], rv[3];
+        for (size_t e = 0; e < nb; e++) {
+          rs[e] = (kl_cell_row){gx[e], h[e], c_s[e], o_s[e]};
+          rv[e] = (kl_cell_row){gx[e], h[e], c_v[e], o_v[e]};
+        }
+        cell_s(R, Hp, 0, nblk, w, bias, nb, rs);
+        k.cell(R, Hp, 0, nblk, w, bias, nb, rv);
+        for (size_t e = 0; e < nb && ok; e++)
+          ok = all_close(c_v[e], c_s[e], Hp, tol, why, sizeof(why), "c") &&
+               all_close(o_v[e], o_s[e], Hp, tol, why, sizeof(why), "h");
+        /* projection: H = R inputs, 2 blocks of 16 outputs */
+        const void* hin[3] = {h[0], h[1], h[2]};
+        void* ps[3] = {o_s[0], o_s[1], o_s[2]};
+        void* pv[3] = {o_v[0], o_v[1], o_v[2]};
+        proj_s(R, 0, nblk, w, nb, hin, ps);
+        k.proj(R, 0, nblk, w, nb, hin, pv);
+        for (size_t e = 0; e < nb && ok; e++) ok = all_close(o_v[e], o_s[e], Hp, tol, why, sizeof(why), "proj");
+        if (!ok) snprintf(why + strlen(why), sizeof(why) - strlen(why), " R=%zu special=%d", R, special);
+        free(w);
+      }
+    check(ok, "[%s kernels] %s cell + projection vs scalar, R = 1, 2, 3, 17, 33, 3 rows, "
+          "+-inf / NaN in h (tol %.0e)%s", name, bf ? "bfloat16" : "float32", tol, why);
+  }
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 int main(void) {
@@ -702,10 +833,15 @@ int main(void) {
 
   test_bad_args();
 
-  for (int isa = KL_ISA_SCALAR; isa <= KL_ISA_AVX512; isa++) {
+  const char* forced = getenv("KOKORO_LSTM_ISA");
+  if (forced && *forced)
+    check(strcmp(kl_isa_name(kl_isa_active()), forced) == 0,
+          "[env] KOKORO_LSTM_ISA=%s selects it (active %s)", forced, kl_isa_name(kl_isa_active()));
+  for (int isa = 0; isa < KL_ISA_COUNT; isa++) {
     const char* name = kl_isa_name((kl_isa)isa);
+    if (forced && *forced && strcmp(forced, name) != 0) continue;
     const kl_status st = kl_isa_set((kl_isa)isa);
-    if (isa > (int)best) {
+    if (!kl_isa_supported((kl_isa)isa)) {
       check(st == KL_ERR_ARG, "[%s] kl_isa_set for an ISA this CPU lacks -> %s (want KL_ERR_ARG)",
             name, kl_status_str(st));
       printf("SKIP [%s] not supported by this CPU (or build)\n", name);
@@ -715,6 +851,7 @@ int main(void) {
           kl_status_str(st), kl_isa_name(kl_isa_active()));
     if (st != KL_OK) continue;
     test_activations(name);
+    if (isa != KL_ISA_SCALAR) test_kernels_vs_scalar((kl_isa)isa);
     const kl_dtype dts[3] = {KL_F32, KL_BF16, KL_F64};
     for (int di = 0; di < 3; di++)
       for (int ci = 0; ci < NCASES; ci++) test_case(&CASES[ci], dts[di], name);
