@@ -4,6 +4,7 @@ torch.export (+ run_decompositions) and exportable_packing(), against eager PyTo
 The Kokoro section builds the real kokoro.modules.TextEncoder / ProsodyPredictor
 (pip package `kokoro`, random init, Kokoro-82M's config) and needs no network.
 """
+import contextlib
 import io
 import subprocess
 import sys
@@ -211,20 +212,44 @@ def test_thread_count_does_not_change_results():
         ko.set_num_threads(0)
 
 
-def test_requires_grad_is_an_error():
-    m, p = make_pair(4, 5, bidirectional=True)
+def test_grad_mode_runs_torch_lstm_with_gradients():
+    """Outside no_grad, a patched LSTM whose parameters (or input) require grad runs
+    PyTorch's own LSTM: same outputs and gradients as nn.LSTM, plain, packed and under
+    exportable_packing; without autograd it runs the engine."""
+    torch.manual_seed(3)
+    m, p = make_pair(4, 5, bidirectional=True, num_layers=2)
     x = torch.randn(3, 2, 4)
-    with pytest.raises(RuntimeError, match="inference-only.*requires grad"):
-        p(x)  # parameters require grad, grad mode on
+    for inp in ("plain", "packed", "export-packed"):
+        for mod in (m, p):
+            mod.zero_grad()
+        xs = [x.clone().requires_grad_(True) for _ in range(2)]
+        outs = []
+        for mod, xi in zip((m, p), xs):
+            lengths = torch.tensor([3, 2])
+            if inp == "plain":
+                y = mod(xi)[0]
+            elif inp == "packed":
+                packed = nn.utils.rnn.pack_padded_sequence(xi, lengths, enforce_sorted=False)
+                y = nn.utils.rnn.pad_packed_sequence(mod(packed)[0])[0]
+            else:
+                ctx = ko.exportable_packing() if mod is p else contextlib.nullcontext()
+                with ctx:
+                    packed = nn.utils.rnn.pack_padded_sequence(xi, lengths, enforce_sorted=False)
+                    y = nn.utils.rnn.pad_packed_sequence(mod(packed)[0], total_length=3)[0]
+            (y * torch.arange(y.numel()).reshape(y.shape).sin()).sum().backward()
+            outs.append(y.detach())
+        assert max_err(outs[1], outs[0]) <= TOL, inp
+        assert max_err(xs[1].grad, xs[0].grad) <= TOL, inp
+        for name, param in m.named_parameters():
+            assert max_err(getattr(p, name).grad, param.grad) <= TOL, (inp, name)
     with torch.no_grad():
         assert max_err(p(x)[0], m(x)[0]) <= TOL
     with torch.inference_mode():
         assert max_err(p(x)[0], m(x)[0]) <= TOL
-    p.requires_grad_(False)
-    out = p(x)[0]  # grad mode on, nothing requires grad: fine
-    assert not out.requires_grad
-    with pytest.raises(RuntimeError, match="'input' requires grad"):
-        p(x.requires_grad_())
+    # the op itself has no backward: calling it with tensors that require grad is an error
+    w = [t.requires_grad_() for t in (torch.randn(20, 4), torch.randn(20, 5))]
+    with pytest.raises(RuntimeError, match="inference-only.*requires grad"):
+        ko.lstm_forward(x, torch.zeros(1, 2, 5), torch.zeros(1, 2, 5), *w, None, None)
 
 
 # --------------------------------------------------------------------------------------
