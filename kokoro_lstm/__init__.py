@@ -3,6 +3,8 @@
 - ``LSTM`` / ``lstm_forward``: torch.nn.LSTM semantics over NumPy buffers on
   the C engine (OpenBLAS input projection, SIMD recurrent kernels, GIL released).
 - ``reference``: the float64 NumPy oracle.
+- ``set_num_threads`` / ``get_num_threads``: one thread count for every front (also
+  honours threadpoolctl, torch's setting and cgroup CPU quotas; see ``_threads``).
 - ``kokoro_lstm.torch_ops`` (imports torch) and ``kokoro_lstm.tvm`` (imports
   TVM) are integrations, imported only when asked for.
 """
@@ -27,8 +29,35 @@ def _preload_blas():
 
 _preload_blas()
 
-from . import _core  # noqa: E402
+from . import _core, _threads  # noqa: E402
+from ._threads import get_num_threads, set_num_threads  # noqa: E402
 from .numpy_api import LSTM, default_num_threads, lstm_forward  # noqa: E402
+
+_ISAS = ("scalar", "avx2", "avx512")
+
+
+def _check_isa_env():
+    """The C core ignores a KOKORO_LSTM_ISA it does not know, and caps a known one at
+    what the CPU has: say so instead of staying silent."""
+    import os
+    import warnings
+
+    raw = os.environ.get("KOKORO_LSTM_ISA")
+    if raw is None or raw == "":
+        return
+
+    if raw not in _ISAS:
+        warnings.warn(f"KOKORO_LSTM_ISA={raw!r} is not one of {', '.join(_ISAS)} (lower "
+                      f"case); ignored: using {_core.get_isa()!r}", RuntimeWarning,
+                      stacklevel=3)
+    elif _ISAS.index(raw) > _ISAS.index(_core.detected_isa()):
+        warnings.warn(f"KOKORO_LSTM_ISA={raw!r}: this CPU supports at most "
+                      f"{_core.detected_isa()!r}; using {_core.get_isa()!r}",
+                      RuntimeWarning, stacklevel=3)
+
+
+_check_isa_env()
+_threads.register_threadpoolctl()
 
 
 def build_info() -> dict:
@@ -55,5 +84,6 @@ def _register_tvm_native():
 
 _register_tvm_native()
 
-__all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info"]
+__all__ = ["LSTM", "lstm_forward", "default_num_threads", "set_num_threads",
+           "get_num_threads", "build_info"]
 __version__ = "0.1.0"
