@@ -1,6 +1,6 @@
 # kokoro_lstm developer entry points. The test command is `make test`.
 #
-#   make venv         .venv with torch==2.13.0 (CPU), NumPy, pytest, TVM, ONNX Runtime, ...
+#   make venv         .venv with torch==2.13.0 (CPU), NumPy, pytest, TVM, ONNX Runtime, onnxscript, ...
 #                     and this package installed editable (a stamp makes reruns instant)
 #   make test         venv + C core test (ctest) + pytest -q tests/ with KOKORO_LSTM_REQUIRE=1
 #   make ctest        the C core test program (src/tests/test_core.c), no Python
@@ -114,7 +114,7 @@ $(VENV_STAMP): constraints.txt pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --progress-bar off $(PIPC) $(TORCH_PIP_ARGS) torch==2.13.0
 	$(PIP) install --progress-bar off $(PIPC) numpy pytest scipy-openblas32 setuptools wheel apache-tvm \
-	    onnxruntime onnx matplotlib threadpoolctl
+	    onnxruntime onnx onnxscript matplotlib threadpoolctl
 	$(PIP) install --progress-bar off $(PIPC) $(TEST_EXTRAS)
 	$(PIP) install --progress-bar off $(PIPC) --no-build-isolation -e .
 	touch $@ $(EXT_STAMP)

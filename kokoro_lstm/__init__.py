@@ -3,6 +3,8 @@
 - ``LSTM`` / ``lstm_forward``: torch.nn.LSTM semantics over NumPy buffers on
   the C engine (OpenBLAS input projection, SIMD recurrent kernels, GIL released).
 - ``reference``: the float64 NumPy oracle.
+- ``set_num_threads`` / ``get_num_threads``: one thread count for every front (also
+  honours threadpoolctl, torch's setting and cgroup CPU quotas; see ``_threads``).
 - ``kokoro_lstm.torch_ops`` (imports torch) and ``kokoro_lstm.tvm`` (imports
   TVM) are integrations, imported only when asked for.
 """
@@ -43,8 +45,36 @@ _preload_blas()
 
 from typing import Any, Dict  # noqa: E402
 
-from . import _core  # noqa: E402
+from . import _core, _threads  # noqa: E402
+from ._threads import get_num_threads, set_num_threads  # noqa: E402
 from .numpy_api import LSTM, cache_info, clear_cache, default_num_threads, lstm_forward  # noqa: E402
+
+_ISAS = ("scalar", "avx2", "avx512", "neon", "neon-bf16")  # kl_isa_name() of every KL_ISA_*
+
+
+def _check_isa_env():
+    """The C core ignores a KOKORO_LSTM_ISA it does not know, and caps a known one at
+    what the CPU has: say so instead of staying silent."""
+    import os
+    import warnings
+
+    raw = os.environ.get("KOKORO_LSTM_ISA")
+    if raw is None or raw == "":
+        return
+
+    if raw not in _ISAS:
+        warnings.warn(f"KOKORO_LSTM_ISA={raw!r} is not one of {', '.join(_ISAS)} (lower "
+                      f"case); ignored: using {_core.get_isa()!r}", RuntimeWarning,
+                      stacklevel=3)
+    elif raw != _core.get_isa():
+        warnings.warn(f"KOKORO_LSTM_ISA={raw!r}: not supported by this CPU (or build), whose "
+                      f"best is {_core.detected_isa()!r}; using {_core.get_isa()!r}",
+                      RuntimeWarning, stacklevel=3)
+
+
+_check_isa_env()
+_threads.register_threadpoolctl()
+_threads.sync_engine()
 
 
 def build_info() -> Dict[str, Any]:
@@ -59,7 +89,7 @@ def build_info() -> Dict[str, Any]:
 
 def _register_tvm_native() -> None:
     """Make TVM modules compiled with lstm_method="native" runnable in this
-    process: registers kokoro_lstm.lstm_forward with tvm-ffi now if it is
+    process: registers the engine's C functions with tvm-ffi now if it is
     loaded, else right after it is first imported. Imports neither tvm nor torch."""
     try:
         from .tvm import _native
@@ -71,5 +101,5 @@ def _register_tvm_native() -> None:
 
 _register_tvm_native()
 
-__all__ = ["LSTM", "lstm_forward", "default_num_threads", "build_info", "clear_cache", "cache_info",
-           "__version__"]
+__all__ = ["LSTM", "lstm_forward", "default_num_threads", "set_num_threads", "get_num_threads",
+           "build_info", "clear_cache", "cache_info", "__version__"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import _core
+from . import _core, _threads
 
 if TYPE_CHECKING:  # annotations only (postponed by `from __future__ import annotations`)
     from numpy.typing import ArrayLike
@@ -28,28 +28,14 @@ _DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.float32}
 
 
 def default_num_threads() -> int:
-    """``KOKORO_LSTM_NUM_THREADS`` if set, else the number of usable cores."""
-    env = os.environ.get("KOKORO_LSTM_NUM_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"KOKORO_LSTM_NUM_THREADS must be a positive integer, got {env!r}")
-        return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+    """The thread count of a call without ``num_threads`` (kokoro_lstm.set_num_threads,
+    else ``KOKORO_LSTM_NUM_THREADS``, else the usable cores; see kokoro_lstm._threads)."""
+    return _threads.get_num_threads()
 
 
 def _num_threads(n) -> int:
-    if n is None:
-        return default_num_threads()
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"num_threads must be a positive integer or None, got {n!r}")
-    return int(n)
+    """The count a call runs with: n validated and capped (None: the default)."""
+    return _threads.effective(n, "num_threads")
 
 
 def _io_dtype(dtype: str):
@@ -231,7 +217,7 @@ class LSTM:
         self.proj_size = int(proj_size)
         self.dtype = dtype
         self._io = _io_dtype(dtype)
-        self.num_threads = None if num_threads is None else _num_threads(num_threads)
+        self.num_threads = _threads.check_count(num_threads, "num_threads")  # resolved per call
         if _weights is None:
             _weights = self._random_weights()
         self._state = _weights
@@ -286,7 +272,16 @@ class LSTM:
             raise ValueError(f"weight_ih_l0: expected shape (4*hidden_size, input_size), got {w_ih0.shape}")
         hidden = w_ih0.shape[0] // 4
         proj = sd["weight_hr_l0"].shape[0] if "weight_hr_l0" in sd and sd["weight_hr_l0"].ndim == 2 else 0
-        num_layers = 1 + max(int(_KEY.match(k).group(2)) for k in sd)
+        # layers present must be 0..L-1: bound L by the keys given before any per-layer
+        # work (a stray 'weight_ih_l10000000' must not enumerate ten million layers)
+        layers = {int(_KEY.match(k).group(2)) for k in sd}
+        num_layers = 1 + max(layers)
+        if num_layers > len(layers):
+            gap = min(set(range(len(layers) + 1)) - layers)
+            top = max(layers)
+            raise ValueError(f"missing key 'weight_ih_l{gap}': the keys name layer {top} "
+                             f"(e.g. {next(k for k in sd if int(_KEY.match(k).group(2)) == top)!r}) "
+                             f"but no layer {gap}; an nn.LSTM's layers are numbered 0, 1, ...")
         bias = "bias_ih_l0" in sd
         bidirectional = any(k.endswith("_reverse") for k in sd)
         expected = _expected_shapes(w_ih0.shape[1], hidden, num_layers, bias, bidirectional, proj)

@@ -27,8 +27,10 @@ cache, shared with the NumPy API and TVM: keyed on the weights' memory and check
 a fingerprint of their bytes on every call, so no update is ever served stale (in-place
 ops, ``.data`` writes, writes through ``.numpy()`` views alike). The ops themselves
 have no backward: calling one directly with a tensor that requires grad while grad
-mode is on is an error (a patched ``nn.LSTM`` runs PyTorch's LSTM in that case). Threads: :func:`set_num_threads`, by default
-``KOKORO_LSTM_NUM_THREADS`` if set, else ``torch.get_num_threads()``; the two
+mode is on is an error (a patched ``nn.LSTM`` runs PyTorch's LSTM in that case).
+Threads: :func:`kokoro_lstm.set_num_threads` (also :func:`set_num_threads` here), by
+default ``KOKORO_LSTM_NUM_THREADS`` if set, else the usable cores, at most
+``torch.get_num_threads()``; the two
 directions of a bidirectional op run in parallel on one engine.
 
 Python API:
@@ -154,13 +156,24 @@ def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
                  lambda: p + f"input must be float32 or float64, got {x.dtype}")
     T, B, I = x.shape
     _check(T >= 1, lambda: p + "input must have at least one time step (T >= 1)")
+    names = _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ())
+    for name, t in (("h0", h0), ("c0", c0)) + tuple(zip(names, w)):
+        if t is None and not name.startswith("bias"):
+            raise TypeError(p + f"{name} is required (a Tensor), got None")
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError(p + f"{name} must be a Tensor or None, got {type(t).__name__}")
+    for k in range(0, len(w), 4):
+        if (w[k + 2] is None) != (w[k + 3] is None):
+            given, missing = (names[k + 2], names[k + 3]) if w[k + 3] is None else \
+                (names[k + 3], names[k + 2])
+            raise ValueError(p + f"{given} is given but {missing} is None: pass both "
+                                 "biases or neither")
     w_ih = w[0]
     _check(w_ih.dim() == 2,
                  lambda: p + f"weight_ih_l0 must be 2-D [4H, I], got {tuple(w_ih.shape)}")
     _check(w_ih.shape[0] % 4 == 0 and w_ih.shape[0] >= 4,
                  lambda: p + f"weight_ih_l0 must be [4H, I], got {tuple(w_ih.shape)}")
     H = w_ih.shape[0] // 4
-    names = _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ())
     expect = ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,)) * D
     for name, t, shape in zip(names, w, expect):
         if t is None:
@@ -217,25 +230,18 @@ def _np(t: Tensor) -> np.ndarray:
     return t.detach().numpy()
 
 
-_num_threads = None
 
 
 def set_num_threads(n):
-    """Threads the ops run with: a positive int, or None (the default) for
-    ``KOKORO_LSTM_NUM_THREADS`` if set, else ``torch.get_num_threads()``."""
-    global _num_threads
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"num_threads must be a positive integer or None, got {n!r}")
-    _num_threads = n
+    """Same as :func:`kokoro_lstm.set_num_threads` (one count for every front): a
+    positive int, or None for the default (``KOKORO_LSTM_NUM_THREADS`` if set, else the
+    usable cores, at most ``torch.get_num_threads()``); capped at the usable cores."""
+    kokoro_lstm.set_num_threads(n)
 
 
 def get_num_threads() -> int:
-    """The thread count the next op call will use (see :func:`set_num_threads`)."""
-    if _num_threads is not None:
-        return _num_threads
-    if os.environ.get("KOKORO_LSTM_NUM_THREADS", "").strip():
-        return kokoro_lstm.default_num_threads()
-    return max(1, torch.get_num_threads())
+    """The thread count the next op call will use (:func:`kokoro_lstm.get_num_threads`)."""
+    return kokoro_lstm.get_num_threads()
 
 
 def _check_no_grad(op_name, names, tensors):

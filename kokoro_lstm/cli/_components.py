@@ -120,14 +120,60 @@ def load_config(path=None) -> dict:
         raise UsageError(f"cannot read config {path}: {e}") from None
     if not isinstance(user, dict):
         raise UsageError(f"config {path} is not a JSON object")
-    plbert = dict(cfg["plbert"], **(user.get("plbert") or {}))
+    user_plbert = user.get("plbert")
+    if user_plbert is not None and not isinstance(user_plbert, dict):
+        raise UsageError(f"config {path}: 'plbert' must be a JSON object (ALBERT's "
+                         f"settings), got {user_plbert!r:.60}")
+    plbert = dict(cfg["plbert"], **(user_plbert or {}))
     cfg.update(user)
     cfg["plbert"] = plbert
-    for k in ("hidden_dim", "style_dim", "n_layer", "max_dur", "n_token",
-              "text_encoder_kernel_size"):
-        if not isinstance(cfg.get(k), int) or cfg[k] < 1:
-            raise UsageError(f"config {path}: '{k}' must be a positive integer, got {cfg.get(k)!r}")
+    check_config(cfg, f"config {path}")
     return cfg
+
+
+#: Bounds of the sizes a config may set: far above Kokoro-82M's (in DEFAULT_CONFIG),
+#: low enough that building a component cannot exhaust memory first.
+CONFIG_BOUNDS = {
+    "hidden_dim": 8192, "style_dim": 8192, "n_layer": 64, "max_dur": 10000,
+    "n_token": 1_000_000, "text_encoder_kernel_size": 255,
+}
+PLBERT_BOUNDS = {
+    "hidden_size": 8192, "num_attention_heads": 256, "intermediate_size": 32768,
+    "max_position_embeddings": 65536, "num_hidden_layers": 128,
+}
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_config(cfg, where="config"):
+    """UsageError (one line) for a value the components cannot be built with."""
+    def bad(key, v, what):
+        raise UsageError(f"{where}: '{key}' must be {what}, got {v!r:.60}")
+
+    for k, hi in CONFIG_BOUNDS.items():
+        v = cfg.get(k)
+        if not _is_int(v) or not 1 <= v <= hi:
+            bad(k, v, f"a positive integer of at most {hi} (Kokoro-82M: {DEFAULT_CONFIG[k]})")
+    if cfg["hidden_dim"] % 2:
+        bad("hidden_dim", cfg["hidden_dim"], "even (the LSTMs have hidden_dim // 2 units "
+            "per direction)")
+    d = cfg.get("dropout")
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
+        bad("dropout", d, "a number in [0, 1)")
+    pb = cfg["plbert"]
+    for k, hi in PLBERT_BOUNDS.items():
+        v = pb.get(k)
+        if not _is_int(v) or not 1 <= v <= hi:
+            bad(f"plbert.{k}", v, f"a positive integer of at most {hi} "
+                f"(Kokoro-82M: {DEFAULT_CONFIG['plbert'][k]})")
+    if pb["hidden_size"] % pb["num_attention_heads"]:
+        bad("plbert.hidden_size", pb["hidden_size"], "a multiple of "
+            f"plbert.num_attention_heads ({pb['num_attention_heads']})")
+    d = pb.get("dropout", 0.0)
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
+        bad("plbert.dropout", d, "a number in [0, 1)")
 
 
 def load_checkpoint(path) -> dict:
@@ -139,13 +185,33 @@ def load_checkpoint(path) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UsageError(f"cannot read checkpoint {path}: {msg}") from None
+        raise UsageError(f"cannot read checkpoint {path}: {_load_error(e)}") from None
     if not isinstance(ckpt, dict) or not all(isinstance(v, dict) for v in ckpt.values()):
         raise UsageError(f"checkpoint {path} is not a Kokoro .pth (a dict of per-component "
                          "state dicts: 'bert', 'bert_encoder', 'predictor', 'text_encoder', "
                          "'decoder')")
     return ckpt
+
+
+def _load_error(e) -> str:
+    """torch.load's error as one line, without its advice to retry with
+    weights_only=False (which runs arbitrary code from the file)."""
+    import re
+
+    text = " ".join(str(e).split())
+    if "Weights only load failed" in text:
+        m = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation| Please use|$)",
+                      text)
+        detail = m.group(1).strip().rstrip(".") if m else ""
+        if detail.startswith("Unsupported global"):
+            return (f"it holds Python objects other than tensors ({detail}); a Kokoro .pth "
+                    "holds only state dicts, so this file is not one (or is not safe to load)")
+        return ("not a PyTorch checkpoint, or a corrupt one"
+                + (f" ({detail})" if detail else ""))
+    if "failed reading zip archive" in text or "failed finding central directory" in text:
+        return "not a PyTorch checkpoint, or a corrupt or truncated one (bad zip archive)"
+    first = re.split(r"(?<=\.) ", text, maxsplit=1)[0] if text else type(e).__name__
+    return first[:300]
 
 
 def default_checkpoint():
@@ -359,7 +425,8 @@ def build_component(name, cfg, km, ckpt=None, seed=0):
             try:
                 from transformers import AlbertConfig
             except ImportError as e:
-                raise UsageError(f"component 'bert' needs transformers ({e})") from None
+                raise UsageError(f"component 'bert' needs transformers, which is not "
+                                 f"installed ({e}): pip install 'kokoro_lstm[bert]'") from None
             bert = km.CustomAlbert(AlbertConfig(vocab_size=cfg["n_token"], **cfg["plbert"]))
             enc = torch.nn.Linear(bert.config.hidden_size, cfg["hidden_dim"])
             if ckpt is not None:

@@ -173,8 +173,18 @@ def _check_args(args):
         raise UsageError(f"--seq-len must be positive, got {args.seq_len}")
     if args.aligned_len < 1:
         raise UsageError(f"--aligned-len must be positive, got {args.aligned_len}")
-    if args.num_threads is not None and args.num_threads < 1:
-        raise UsageError(f"--num-threads must be positive, got {args.num_threads}")
+    from .. import _threads as thread_rules  # (_threads below is the context manager)
+
+    if args.num_threads is not None:
+        try:
+            thread_rules.check_count(args.num_threads, "--num-threads")
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    for var in (thread_rules.ENV_NUM_THREADS, thread_rules.ENV_MAX_THREADS):
+        try:
+            thread_rules._env_count(var)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if not args.tolerance > 0:
         raise UsageError(f"--tolerance must be positive, got {args.tolerance}")
     if args.checkpoint and args.no_weights:
@@ -544,12 +554,34 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
     ``output_dir/<method>/``; otherwise into ``output_dir``.
     """
     progress = progress or _Progress(verbose)
+    _require_deps()
     with _threads(num_threads):
         return _port(components, methods, seq_len=seq_len, aligned_len=aligned_len,
                      target=target, semantics=semantics, validate=validate,
                      checkpoint=checkpoint, no_weights=no_weights, config=config,
                      output_dir=output_dir, num_threads=num_threads, tolerance=tolerance,
                      seed=seed, progress=progress, method_subdirs=method_subdirs)
+
+
+# module -> (what to call it, the extra that installs it)
+_DEPS = (("torch", "PyTorch", "torch"), ("tvm", "apache-tvm", "tvm"))
+
+
+def _require_deps():
+    """UsageError naming the package and the extra when torch or TVM cannot be
+    imported (instead of "invalid target 'llvm': No module named 'tvm'")."""
+    import importlib
+
+    for mod, dist, extra in _DEPS:
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise UsageError(f"{dist} is not installed (pip install 'kokoro_lstm[{extra}]', "
+                             f"or 'kokoro_lstm[cli]' for everything port-encoder uses): "
+                             f"{e}") from None
+        except Exception as e:  # noqa: BLE001 - e.g. a broken shared library
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UsageError(f"{dist} is installed but cannot be imported: {first}") from None
 
 
 _THREAD_VARS = ("TVM_NUM_THREADS", "KOKORO_LSTM_NUM_THREADS")

@@ -402,6 +402,12 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_core",
                                        "C core of kokoro_lstm (see kokoro_lstm.h).", -1,
                                        module_methods, NULL, NULL, NULL, NULL};
 
+/* Exported (the rest of the engine is hidden): threadpoolctl finds the extension
+ * by this symbol (kokoro_lstm/_threads.py). */
+__attribute__((visibility("default"))) int kokoro_lstm_get_num_threads(void) {
+  return kl_get_num_threads();
+}
+
 PyMODINIT_FUNC PyInit__core(void) {
   import_array();
   return PyModule_Create(&moduledef);
