@@ -268,6 +268,102 @@ static kl_status create_engine(const model* m, kl_dtype dt, kl_lstm** out) {
   return st;
 }
 
+/* The model's weights as DLTensors for kl_lstm_forward, with padded row strides
+ * (and every-other-element biases), so the entry's strided reads are tested. */
+typedef struct dl_model {
+  int n, per;
+  void* buf[MAXW * 5];
+  DLTensor t[MAXW * 5];
+  int64_t shape[MAXW * 5][2], strides[MAXW * 5][2];
+  const DLTensor* ptrs[MAXW * 5];
+} dl_model;
+
+static void dl_add(dl_model* f, kl_dtype dt, const double* a, int64_t rows, int64_t cols,
+                   int64_t ld, int one_d) {
+  const size_t esz = io_size(dt), n = (size_t)(rows * ld);
+  void* b = xcalloc(n, esz);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < ld; c++) {
+      const double v = c < cols ? a[r * cols + c] : 1e30; /* padding: never read */
+      if (dt == KL_F64) ((double*)b)[r * ld + c] = v;
+      else ((float*)b)[r * ld + c] = (float)v;
+    }
+  const int k = f->n++;
+  f->buf[k] = b;
+  DLTensor* t = &f->t[k];
+  memset(t, 0, sizeof(*t));
+  t->data = b;
+  t->device.device_type = kDLCPU;
+  t->dtype = (DLDataType){kDLFloat, (uint8_t)(esz * 8), 1};
+  if (one_d) { /* a vector of rows elements with stride ld */
+    t->ndim = 1;
+    f->shape[k][0] = rows * cols;
+    f->strides[k][0] = ld;
+  } else {
+    t->ndim = 2;
+    f->shape[k][0] = rows;
+    f->shape[k][1] = cols;
+    f->strides[k][0] = ld;
+    f->strides[k][1] = 1;
+  }
+  t->shape = f->shape[k];
+  t->strides = f->strides[k];
+  f->ptrs[k] = t;
+}
+
+static void dl_model_init(dl_model* f, const model* m, kl_dtype dt) {
+  const tcase* c = m->c;
+  memset(f, 0, sizeof(*f));
+  const int64_t H = c->H, R = m->R;
+  for (int i = 0; i < c->L * m->D; i++) {
+    dl_add(f, dt, m->w_ih[i], 4 * H, m->in_size[i], m->in_size[i] + 3, 0);
+    dl_add(f, dt, m->w_hh[i], 4 * H, R, R + 1, 0);
+    if (c->bias) {
+      dl_add(f, dt, m->b_ih[i], 4 * H, 1, 2, 1);
+      dl_add(f, dt, m->b_hh[i], 4 * H, 1, 3, 1);
+    }
+    if (c->P) dl_add(f, dt, m->w_hr[i], c->P, H, H + 2, 0);
+  }
+}
+
+static void dl_model_free(dl_model* f) {
+  for (int i = 0; i < f->n; i++) free(f->buf[i]);
+}
+
+/* kl_lstm_forward on the same buffers as a kl_lstm_run call (seq-first tensors). */
+static kl_status run_forward(const dl_model* f, const model* m, kl_dtype dt, const kl_run_args* a) {
+  const tcase* c = m->c;
+  const int64_t LD = (int64_t)c->L * m->D, DR = (int64_t)m->D * m->R;
+  const DLDataType io = {kDLFloat, (uint8_t)(io_size(dt) * 8), 1};
+  const DLDevice cpu = {kDLCPU, 0};
+  int64_t sx[3] = {a->T, a->B, c->I}, stx[3] = {a->x_st, a->x_sb, 1};
+  int64_t sy[3] = {a->T, a->B, DR}, sty[3] = {a->y_st, a->y_sb, 1};
+  int64_t sh[3] = {LD, a->B, m->R}, sc[3] = {LD, a->B, c->H}, sl[1] = {a->B};
+  DLTensor x = {(void*)a->x, cpu, 3, io, sx, stx, 0}, y = {a->y, cpu, 3, io, sy, sty, 0};
+  DLTensor h0 = {(void*)a->h0, cpu, 3, io, sh, NULL, 0}, c0 = {(void*)a->c0, cpu, 3, io, sc, NULL, 0};
+  DLTensor hn = {a->h_n, cpu, 3, io, sh, NULL, 0}, cn = {a->c_n, cpu, 3, io, sc, NULL, 0};
+  DLTensor len = {(void*)a->lengths, cpu, 1, {kDLInt, 64, 1}, sl, NULL, 0};
+  kl_forward_args fa;
+  memset(&fa, 0, sizeof(fa));
+  fa.num_layers = c->L;
+  fa.bidirectional = c->bidir;
+  fa.reverse = c->reverse;
+  fa.has_bias = c->bias != 0;
+  fa.proj_size = c->P;
+  fa.dtype = dt;
+  fa.num_threads = a->num_threads;
+  fa.x = &x;
+  fa.lengths = a->lengths ? &len : NULL;
+  fa.h0 = a->h0 ? &h0 : NULL;
+  fa.c0 = a->c0 ? &c0 : NULL;
+  fa.weights = f->ptrs;
+  fa.num_weights = f->n;
+  fa.y = &y;
+  fa.h_n = &hn;
+  fa.c_n = &cn;
+  return kl_lstm_forward(&fa);
+}
+
 #define SENTINEL 777.0
 
 /* The raw output of one run and its double copies. */
@@ -298,7 +394,9 @@ static void result_free(result* r) {
   memset(r, 0, sizeof(*r));
 }
 
-static void run_engine(const kl_lstm* lm, const run_input* in, int nth, result* r) {
+/* One run through kl_lstm_run on lm, or through kl_lstm_forward on f when lm is NULL. */
+static void run_engine(const kl_lstm* lm, const dl_model* f, const run_input* in, int nth,
+                       result* r) {
   const model* m = in->m;
   const tcase* c = m->c;
   const kl_dtype dt = in->dt;
@@ -357,7 +455,7 @@ static void run_engine(const kl_lstm* lm, const run_input* in, int nth, result* 
   a.c_n = r->cn;
   a.lengths = in->lengths;
   a.num_threads = nth;
-  r->st = kl_lstm_run(lm, &a);
+  r->st = lm ? kl_lstm_run(lm, &a) : run_forward(f, m, dt, &a);
   r->y = xcalloc((size_t)(T * B * DR), sizeof(double));
   r->hnd = xcalloc(nh, sizeof(double));
   r->cnd = xcalloc(nc, sizeof(double));
@@ -391,6 +489,40 @@ static const char* dtype_name(kl_dtype dt) {
 }
 
 static double tolerance(kl_dtype dt) { return dt == KL_F64 ? 1e-12 : dt == KL_BF16 ? 1e-2 : 2e-6; }
+
+/* The one entry on strided weights gives the packed object's exact results; the
+ * cache serves the second call and repacks after a weight changes in place. */
+static void test_forward_entry(const model* m, const run_input* in, const result* r1,
+                               const char* tag) {
+  dl_model f;
+  dl_model_init(&f, m, in->dt);
+  kl_cache_clear();
+  result r;
+  int ok = 1;
+  for (int call = 0; call < 2 && ok; call++) {
+    run_engine(NULL, &f, in, 1 + call, &r);
+    ok = r.st == KL_OK && memcmp(r.ybuf, r1->ybuf, r1->ybytes) == 0 &&
+         memcmp(r.hn, r1->hn, r1->hnbytes) == 0 && memcmp(r.cn, r1->cn, r1->cnbytes) == 0;
+    if (!ok) printf("  kl_lstm_forward: %s %s\n", kl_status_str(r.st), kl_last_error());
+    result_free(&r);
+  }
+  kl_cache_stats st = kl_cache_get_stats();
+  check(ok && st.misses == 1 && st.hits == 1 && st.entries == 1,
+        "%s kl_lstm_forward (strided weights) == kl_lstm_run bitwise; cache: 1 miss, 1 hit "
+        "(got %lld, %lld)", tag, (long long)st.misses, (long long)st.hits);
+  /* change one recurrent weight in place: the next call repacks and differs */
+  char* w = f.buf[1];
+  if (in->dt == KL_F64) ((double*)w)[1] += 0.5;
+  else ((float*)w)[1] += 0.5f;
+  run_engine(NULL, &f, in, 2, &r);
+  st = kl_cache_get_stats();
+  check(r.st == KL_OK && st.repacks == 1 && st.entries == 1 &&
+            memcmp(r.hn, r1->hn, r1->hnbytes) != 0,
+        "%s kl_lstm_forward after an in-place weight change: repacked, new result", tag);
+  result_free(&r);
+  dl_model_free(&f);
+  kl_cache_clear();
+}
 
 static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
   model m;
@@ -427,7 +559,7 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
   if (cst == KL_OK) {
     run_input in = {&m, dt, T, B, x, c->lengths ? len : NULL, h0, c0};
     result r1, rn;
-    run_engine(lm, &in, 1, &r1);
+    run_engine(lm, NULL, &in, 1, &r1);
     if (r1.st != KL_OK) {
       check(0, "%s run: %s", tag, kl_status_str(r1.st));
     } else {
@@ -445,7 +577,7 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
       int same = 1;
       char detail[128] = "";
       for (int nth = 2; nth <= 4; nth *= 2) {
-        run_engine(lm, &in, nth, &rn);
+        run_engine(lm, NULL, &in, nth, &rn);
         if (rn.st != KL_OK || memcmp(rn.ybuf, r1.ybuf, r1.ybytes) != 0 ||
             memcmp(rn.hn, r1.hn, r1.hnbytes) != 0 || memcmp(rn.cn, r1.cn, r1.cnbytes) != 0) {
           same = 0;
@@ -455,6 +587,7 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
         result_free(&rn);
       }
       check(same, "%s num_threads 1,2,4 bitwise identical%s", tag, detail);
+      test_forward_entry(&m, &in, &r1, tag);
     }
     result_free(&r1);
     kl_lstm_free(lm);
@@ -481,7 +614,7 @@ static void* conc_main(void* p) {
   conc_arg* a = p;
   for (int rep = 0; rep < 3; rep++) {
     if (rep) result_free(&a->r);
-    run_engine(a->lm, a->in, 2, &a->r);
+    run_engine(a->lm, NULL, a->in, 2, &a->r);
   }
   return NULL;
 }
@@ -506,7 +639,7 @@ static void test_concurrent(const char* isa) {
   } else {
     run_input in = {&m, KL_F32, c->T, c->B, x, len, NULL, NULL};
     result serial;
-    run_engine(lm, &in, 2, &serial);
+    run_engine(lm, NULL, &in, 2, &serial);
     conc_arg args[3];
     pthread_t th[3];
     int ok = serial.st == KL_OK;
@@ -725,6 +858,25 @@ static const float SPECIALS[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-30f, 
 static void test_kernels_vs_scalar(kl_isa isa) {
   const char* name = kl_isa_name(isa);
   char why[160] = "";
+  /* fingerprint: the same integers as the scalar kernel; one flipped bit anywhere changes it */
+  {
+    enum { NB = 64 * 37 };
+    unsigned char* buf = xcalloc(NB, 1);
+    for (size_t i = 0; i < NB; i++) buf[i] = (unsigned char)(urand(0, 256));
+    uint64_t as[8] = {0}, av[8] = {0};
+    kl_u64_fingerprint__scalar(buf, NB, as);
+    kl_select_fp()(buf, NB, av);
+    int ok = memcmp(as, av, sizeof(as)) == 0;
+    for (size_t bit = 0; bit < NB * 8 && ok; bit += 97) {
+      uint64_t a2[8] = {0};
+      buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+      kl_select_fp()(buf, NB, a2);
+      buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+      if (memcmp(a2, as, sizeof(as)) == 0) ok = 0;
+    }
+    check(ok, "[%s] fingerprint kernel == scalar, and every flipped bit tried changes it", name);
+    free(buf);
+  }
   /* activations: odd lengths (vector tails), specials at every lane position */
   {
     enum { N = 67 };

@@ -1,0 +1,190 @@
+"""The engine's one entry (kl_lstm_forward) and its weight cache, seen from every front:
+never stale (in-place ops, .data, NumPy views, a write racing with packing), fork-safe,
+one cache shared by the NumPy API and the torch ops, errors that name the argument."""
+import multiprocessing
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import kokoro_lstm
+from kokoro_lstm import _core, reference
+
+from conftest import require
+
+I, H, T, B = 6, 8, 5, 2
+TOL = 2e-6
+
+
+def _weights(seed=0, bidirectional=False):
+    rng = np.random.default_rng(seed)
+    sd = {}
+    for sfx in ("", "_reverse")[: 2 if bidirectional else 1]:
+        sd["weight_ih_l0" + sfx] = rng.uniform(-0.5, 0.5, (4 * H, I)).astype(np.float32)
+        sd["weight_hh_l0" + sfx] = rng.uniform(-0.5, 0.5, (4 * H, H)).astype(np.float32)
+        sd["bias_ih_l0" + sfx] = rng.uniform(-0.5, 0.5, 4 * H).astype(np.float32)
+        sd["bias_hh_l0" + sfx] = rng.uniform(-0.5, 0.5, 4 * H).astype(np.float32)
+    return sd
+
+
+def _ref(sd, x):
+    y, _, _ = reference.lstm_forward(x.astype(np.float64), sd["weight_ih_l0"].astype(np.float64),
+                                     sd["weight_hh_l0"].astype(np.float64),
+                                     sd["bias_ih_l0"].astype(np.float64),
+                                     sd["bias_hh_l0"].astype(np.float64))
+    return y
+
+
+def _call(sd, x):
+    return kokoro_lstm.lstm_forward(x, sd["weight_ih_l0"], sd["weight_hh_l0"], sd["bias_ih_l0"],
+                                    sd["bias_hh_l0"], num_threads=2)[0]
+
+
+def test_numpy_views_and_in_place_writes_are_never_stale():
+    sd = _weights(1)
+    x = np.random.default_rng(2).standard_normal((T, B, I)).astype(np.float32)
+    kokoro_lstm.clear_cache()
+    assert np.abs(_call(sd, x) - _ref(sd, x)).max() < TOL
+    assert np.abs(_call(sd, x) - _ref(sd, x)).max() < TOL
+    info = kokoro_lstm.cache_info()
+    assert (info["misses"], info["hits"], info["entries"]) == (1, 1, 1)
+    # a write through a view (same memory, same address): every packed weight kind
+    for key in ("weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+        view = sd[key].reshape(-1)[::3]
+        view[1] += 0.25
+        assert np.abs(_call(sd, x) - _ref(sd, x)).max() < TOL, key
+    # W_ih is read in place by the input GEMM on every call: not packed, never stale
+    sd["weight_ih_l0"][5, 3] -= 0.5
+    assert np.abs(_call(sd, x) - _ref(sd, x)).max() < TOL
+    info = kokoro_lstm.cache_info()
+    assert info["repacks"] == 3 and info["entries"] == 1
+
+
+def test_write_racing_with_packing_is_detected_by_the_next_call():
+    """The hook runs after packing and before caching (where the old Python cache took
+    its saved copy): a write there must make the next call repack."""
+    sd = _weights(3)
+    x = np.random.default_rng(4).standard_normal((T, B, I)).astype(np.float32)
+    kokoro_lstm.clear_cache()
+    fired = []
+
+    def write():
+        if not fired:
+            fired.append(1)
+            sd["weight_hh_l0"][7, 2] += 1.0  # the weights packed a moment ago are now old
+
+    _core.set_pack_hook(write)
+    try:
+        _call(sd, x)  # overlapping the write: may see either weights
+    finally:
+        _core.set_pack_hook(None)
+    assert fired
+    for _ in range(3):  # once the writes stop, every call is right
+        assert np.abs(_call(sd, x) - _ref(sd, x)).max() < TOL
+    assert kokoro_lstm.cache_info()["repacks"] == 1
+
+
+def test_lstm_class_shares_the_cache_and_sees_its_own_weights():
+    sd = _weights(5, bidirectional=True)
+    lstm = kokoro_lstm.LSTM.from_state_dict(sd)
+    x = np.random.default_rng(6).standard_normal((T, B, I)).astype(np.float32)
+    kokoro_lstm.clear_cache()
+    y1, _ = lstm(x)
+    y2, _ = lstm(x)
+    assert np.array_equal(y1, y2)
+    info = kokoro_lstm.cache_info()
+    assert info["entries"] == 1 and info["hits"] == 1
+    lstm._state["weight_hh_l0_reverse"][0, 0] += 1.0  # its own (private) copy, changed
+    y3, _ = lstm(x)
+    assert not np.array_equal(y1, y3) and kokoro_lstm.cache_info()["repacks"] == 1
+
+
+def test_entry_errors_name_the_argument():
+    sd = _weights(7)
+    x = np.zeros((T, B, I), np.float32)
+    w = [sd["weight_ih_l0"], sd["weight_hh_l0"], sd["bias_ih_l0"], sd["bias_hh_l0"]]
+    y, hn, cn = (np.zeros((T, B, H), np.float32), np.zeros((1, B, H), np.float32),
+                 np.zeros((1, B, H), np.float32))
+    kw = dict(num_layers=1, bidirectional=False, has_bias=True)
+    with pytest.raises(ValueError, match=r"weights\[1\] \(w_hh of layer 0\) must have shape \(32, 8\)"):
+        _core.forward(x, None, None, None, [w[0], w[1][:, :5], w[2], w[3]], y, hn, cn, **kw)
+    with pytest.raises(ValueError, match=r"y must have shape \(5, 2, 8\), got \(5, 2, 7\)"):
+        _core.forward(x, None, None, None, w, y[..., :7], hn, cn, **kw)
+    with pytest.raises(ValueError, match=r"lengths\[1\] = 9 is outside 1..5"):
+        _core.forward(x, np.array([1, 9]), None, None, w, y, hn, cn, **kw)
+    with pytest.raises(ValueError, match="x must have dtype float32, got float64"):
+        _core.forward(x.astype(np.float64), None, None, None, w, y, hn, cn, **kw)
+    with pytest.raises(ValueError, match="expected 4 weight tensors"):
+        _core.forward(x, None, None, None, w[:3], y, hn, cn, **kw)
+    with pytest.raises(ValueError, match="y must be writable"):
+        y.flags.writeable = False
+        _core.forward(x, None, None, None, w, y, hn, cn, **kw)
+
+
+# ---- fork ----------------------------------------------------------------------------
+def _child_call(seed):
+    sd = _weights(seed)
+    x = np.random.default_rng(seed).standard_normal((T, B, I)).astype(np.float32)
+    return float(np.abs(_call(sd, x) - _ref(sd, x)).max())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_after_a_threaded_call():
+    """The child inherits the pool's worker count but not its threads: the pool is
+    reset in the child (pthread_atfork), so a threaded call there works."""
+    assert _child_call(8) < TOL  # workers started in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: must neither deadlock nor crash
+        try:
+            ok = _child_call(9) < TOL and _child_call(10) < TOL
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    import select
+    ready, _, _ = select.select([r], [], [], 60)
+    if not ready:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child deadlocked")
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert _child_call(11) < TOL  # and the parent still works
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_multiprocessing_fork_pool():
+    assert _child_call(12) < TOL
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        errs = pool.map_async(_child_call, range(20, 26)).get(timeout=120)
+    assert max(errs) < TOL
+
+
+# ---- torch ---------------------------------------------------------------------------
+def test_torch_data_and_numpy_writes_are_never_stale():
+    torch = require("torch")
+    import kokoro_lstm.torch_ops as ko
+
+    torch.manual_seed(0)
+    m = torch.nn.LSTM(I, H, bidirectional=True).eval()
+    p = torch.nn.LSTM(I, H, bidirectional=True).eval()
+    p.load_state_dict(m.state_dict())
+    ko.patch_lstm_modules(p)
+    x = torch.randn(T, B, I)
+    kokoro_lstm.clear_cache()
+
+    def err():
+        with torch.no_grad():
+            return (p(x)[0] - m(x)[0]).abs().max().item()
+
+    assert err() < 1e-5 and err() < 1e-5
+    for mod in (m, p):  # .data bypasses the version counter
+        mod.weight_hh_l0.data.mul_(2)
+    assert err() < 1e-5
+    for mod in (m, p):  # so does a write through a NumPy view
+        mod.bias_hh_l0_reverse.detach().numpy()[3] += 0.5
+    assert err() < 1e-5
+    assert kokoro_lstm.cache_info()["repacks"] == 2
