@@ -206,6 +206,8 @@ void kl_f32_activation(int kind, size_t n, const float* x, float* y);
  * and of one read of an nbytes buffer that is already in cache. */
 double kl_bench_sgemm(int M, int N, int K, int nth, int reps);
 double kl_bench_stream(size_t nbytes, int reps);
+/* Best seconds of the weight cache's staleness check over nbytes on nth threads. */
+double kl_bench_fingerprint(size_t nbytes, int nth, int reps);
 
 /* Which BLAS the core was linked against (a static string). */
 const char* kl_blas_name(void);

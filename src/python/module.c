@@ -109,21 +109,24 @@ static int parse_dtype(const char* name, kl_dtype* dt) {
 
 /* forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional,
  *         has_bias, proj_size=0, batch_first=False, reverse=False,
- *         dtype="float32", num_threads=0) -> None
- * weights: a sequence of tensors (see kokoro_lstm.h). Writes y, h_n, c_n. */
+ *         dtype="float32", num_threads=0, constant_weights=False) -> None
+ * weights: a sequence of tensors (see kokoro_lstm.h). Writes y, h_n, c_n.
+ * constant_weights: the caller's promise that the weights never change while
+ * their memory lives (skips the staleness check; benchmarks measure its cost). */
 static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   (void)m;
   static char* kwlist[] = {"x", "lengths", "h0", "c0", "weights", "y", "h_n", "c_n",
                            "num_layers", "bidirectional", "has_bias", "proj_size",
-                           "batch_first", "reverse", "dtype", "num_threads", NULL};
+                           "batch_first", "reverse", "dtype", "num_threads",
+                           "constant_weights", NULL};
   PyObject *xo, *leno, *h0o, *c0o, *wo, *yo, *hno, *cno;
   kl_forward_args fa;
   memset(&fa, 0, sizeof(fa));
   const char* dtname = "float32";
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsi", kwlist, &xo, &leno, &h0o,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsip", kwlist, &xo, &leno, &h0o,
                                    &c0o, &wo, &yo, &hno, &cno, &fa.num_layers, &fa.bidirectional,
                                    &fa.has_bias, &fa.proj_size, &fa.batch_first, &fa.reverse,
-                                   &dtname, &fa.num_threads))
+                                   &dtname, &fa.num_threads, &fa.constant_weights))
     return NULL;
   if (!parse_dtype(dtname, &fa.dtype)) return NULL;
   PyObject* seq = PySequence_Fast(wo, "weights must be a sequence of tensors");
@@ -377,7 +380,24 @@ static PyObject* mod_bench_stream(PyObject* m, PyObject* args) {
   return PyFloat_FromDouble(t);
 }
 
+static PyObject* mod_bench_fingerprint(PyObject* m, PyObject* args) {
+  (void)m;
+  Py_ssize_t nbytes;
+  int nth, reps;
+  if (!PyArg_ParseTuple(args, "nii", &nbytes, &nth, &reps)) return NULL;
+  double t;
+  Py_BEGIN_ALLOW_THREADS
+  t = nbytes < 64 ? -1.0 : kl_bench_fingerprint((size_t)nbytes, nth, reps);
+  Py_END_ALLOW_THREADS
+  if (t < 0) {
+    PyErr_SetString(PyExc_ValueError, "bench_fingerprint: need nbytes >= 64, threads and reps >= 1");
+    return NULL;
+  }
+  return PyFloat_FromDouble(t);
+}
+
 static PyMethodDef module_methods[] = {
+    {"bench_fingerprint", mod_bench_fingerprint, METH_VARARGS, "bench_fingerprint(nbytes, num_threads, reps): best seconds of the cache's staleness check."},
     {"bench_sgemm", mod_bench_sgemm, METH_VARARGS, "bench_sgemm(M, N, K, num_threads, reps): best seconds of the engine-style sgemm."},
     {"bench_stream", mod_bench_stream, METH_VARARGS, "bench_stream(nbytes, reps): best seconds to read a cached buffer once."},
     {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2' or 'avx512' for engines built afterwards."},
