@@ -99,7 +99,7 @@ ASAN_BIN := $(CBUILD)/asan/test_core
 DEB_PY := /usr/bin/python3
 DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenblas-dev pkg-config
 DEB_DIR := build-c/debian
-DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py
+DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py tests/test_one_road.py
 
 .PHONY: all venv ext test ctest asan debian-test blas-scipy-test demo bench clean distclean \
         test-aarch64 ctest-portable wheel-test clang-check
