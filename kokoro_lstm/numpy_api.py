@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import itertools
+import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:  # annotations only (postponed by `from __future__ import anno
     from numpy.typing import ArrayLike
 
 __all__ = ["LSTM", "lstm_forward", "default_num_threads", "clear_cache", "cache_info"]
+
+_owner_tokens = itertools.count(1)  # LSTM objects' cache owner tokens
 
 _DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.float32}
 
@@ -118,8 +122,9 @@ def _prepare_state(v, name: str, expected, unbatched: bool, io):
 
 
 def _forward(weights, io, x3, batch_first, unbatched, h0, c0, lengths, *, num_layers,
-             bidirectional, has_bias, proj_size, hidden, dtype, nth, reverse=False):
-    """Allocates the outputs and runs the engine's one entry into them."""
+             bidirectional, has_bias, proj_size, hidden, dtype, nth, reverse=False, owner=0):
+    """Allocates the outputs and runs the engine's one entry into them; ``owner``: the
+    token of an object whose private weights the engine may trust (see LSTM)."""
     T, B, _ = x3.shape
     D = 2 if bidirectional else 1
     R = proj_size or hidden
@@ -137,7 +142,7 @@ def _forward(weights, io, x3, batch_first, unbatched, h0, c0, lengths, *, num_la
     _core.forward(x_in, lengths, h0, c0, weights, out, h_n, c_n, num_layers=num_layers,
                   bidirectional=bidirectional, has_bias=has_bias, proj_size=proj_size,
                   batch_first=batch_first and not unbatched, reverse=reverse, dtype=dtype,
-                  num_threads=nth)
+                  num_threads=nth, constant_weights=owner != 0, owner=owner)
     if unbatched:
         return out[:, 0, :], h_n[:, 0, :], c_n[:, 0, :]
     return out, h_n, c_n
@@ -222,6 +227,11 @@ class LSTM:
             _weights = self._random_weights()
         self._state = _weights
         self._weights = self._engine_weights()
+        # The weights are private to this object (state_dict() returns copies), so the
+        # engine may trust its packed copy without the per-call staleness check; the
+        # owner token keys the cache entry to this object, which frees it when it dies.
+        self._owner = next(_owner_tokens)
+        weakref.finalize(self, _core.cache_drop_owner, self._owner)
 
     # -- construction --------------------------------------------------------
     @property
@@ -346,7 +356,8 @@ class LSTM:
         out, h_n, c_n = _forward(self._weights, self._io, x3, self.batch_first, unbatched, h0, c0,
                                  lengths, num_layers=self.num_layers,
                                  bidirectional=self.bidirectional, has_bias=self.bias,
-                                 proj_size=self.proj_size, hidden=H, dtype=self.dtype, nth=nth)
+                                 proj_size=self.proj_size, hidden=H, dtype=self.dtype, nth=nth,
+                                 owner=self._owner)
         return out, (h_n, c_n)
 
     forward = __call__

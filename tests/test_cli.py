@@ -119,8 +119,7 @@ def test_port_end_to_end(ported, component, method):
     ir = (d / f"{component}_ir.py").read_text()
     assert f"def {component}_forward(" in ir
     assert r["ir_lines"] == ir.count("\n") + 1
-    assert (" kokoro_lstm.lstm_forward" in ir or '"kokoro_lstm.lstm_forward"' in ir) == \
-        (method == "native")
+    assert ('"kokoro_lstm.lstm_forward_v2"' in ir) == (method == "native")
     n_lstm = {"text_encoder": 1, "duration": 4, "f0n": 1}[component]
     assert sum(r["lstm_ops_in_export"].values()) == n_lstm
     assert r["lstm_ops_in_export"].get(

@@ -85,19 +85,27 @@ def test_write_racing_with_packing_is_detected_by_the_next_call():
     assert kokoro_lstm.cache_info()["repacks"] == 1
 
 
-def test_lstm_class_shares_the_cache_and_sees_its_own_weights():
+def test_lstm_class_trusts_its_private_weights_and_frees_its_entry():
+    """LSTM's weights are private (state_dict() returns copies): its cache entry is
+    keyed to the object, skips the staleness check, and goes when the object does."""
+    import gc
+
     sd = _weights(5, bidirectional=True)
     lstm = kokoro_lstm.LSTM.from_state_dict(sd)
+    other = kokoro_lstm.LSTM.from_state_dict(sd)  # same values, its own memory and entry
     x = np.random.default_rng(6).standard_normal((T, B, I)).astype(np.float32)
     kokoro_lstm.clear_cache()
     y1, _ = lstm(x)
     y2, _ = lstm(x)
-    assert np.array_equal(y1, y2)
+    y3, _ = other(x)
+    assert np.array_equal(y1, y2) and np.array_equal(y1, y3)
     info = kokoro_lstm.cache_info()
-    assert info["entries"] == 1 and info["hits"] == 1
-    lstm._state["weight_hh_l0_reverse"][0, 0] += 1.0  # its own (private) copy, changed
-    y3, _ = lstm(x)
-    assert not np.array_equal(y1, y3) and kokoro_lstm.cache_info()["repacks"] == 1
+    assert (info["entries"], info["hits"], info["misses"]) == (2, 1, 2)
+    sd["weight_hh_l0"][:] = 0  # the caller's arrays were copied: no effect
+    assert np.array_equal(lstm(x)[0], y1)
+    del lstm
+    gc.collect()
+    assert kokoro_lstm.cache_info()["entries"] == 1  # the dead object's entry is freed
 
 
 def test_entry_errors_name_the_argument():

@@ -183,6 +183,15 @@ void kl_cache_clear(void) {
   pthread_mutex_unlock(&g_lock);
 }
 
+void kl_cache_drop_owner(uint64_t owner) {
+  if (!owner) return;
+  pthread_mutex_lock(&g_lock);
+  for (int i = g_n - 1; i >= 0; i--) /* the owner token is the key header's last value */
+    if (g_table[i]->key_len > KL_CACHE_KEY_OWNER && (uint64_t)g_table[i]->key[KL_CACHE_KEY_OWNER] == owner)
+      remove_locked(i);
+  pthread_mutex_unlock(&g_lock);
+}
+
 kl_cache_stats kl_cache_get_stats(void) {
   pthread_mutex_lock(&g_lock);
   kl_cache_stats s = g_stats;

@@ -5,6 +5,9 @@
 
 typedef struct kl_centry kl_centry;
 
+/* Index of the owner token in a key (forward.c builds the keys). */
+#define KL_CACHE_KEY_OWNER 10
+
 /* The packed LSTM for these weights, from the cache when still valid, else
  * packed now (and cached). key identifies the weights' memory and the packing;
  * regions are the bytes that packing copies (fingerprinted unless trusted).

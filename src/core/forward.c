@@ -102,7 +102,8 @@ static kl_status check_compact(const DLTensor* t, const char* name) {
 
 static const char* const W_NAMES[5] = {"w_ih", "w_hh", "b_ih", "b_hh", "w_hr"};
 
-#define KEY_HEADER 10
+#define KEY_HEADER 11
+_Static_assert(KEY_HEADER == KL_CACHE_KEY_OWNER + 1, "the owner token ends the key header");
 #define KEY_PER_W 5
 
 kl_status kl_lstm_forward(const kl_forward_args* a) {
@@ -160,7 +161,7 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
     goto done;
   }
   const int64_t header[KEY_HEADER] = {I, H, L, D, P, a->reverse != 0, a->dtype, a->has_bias,
-                                      borrow, a->constant_weights != 0};
+                                      borrow, a->constant_weights != 0, (int64_t)a->owner};
   memcpy(key, header, sizeof(header));
   for (int g = 0; g < L * D; g++) {
     const int layer = g / D, dir = g % D;

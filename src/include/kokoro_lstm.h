@@ -119,8 +119,11 @@ kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
  * that overlaps a write to the weights may see either weights; once writes
  * stop, every call is right. constant_weights = 1 is the caller's promise that
  * the weights never change while their memory lives (compile-time constants of
- * a TVM module); keepalive, if set, is retained for the life of the cache entry
- * so that the memory cannot be freed and reused while it is cached. */
+ * a TVM module, weights private to an object); keepalive, if set, is retained
+ * for the life of the cache entry so that the memory cannot be freed and reused
+ * while it is cached; owner, if nonzero, is part of the key (a token unique to
+ * the object that owns the weights: memory reused by another owner never hits,
+ * and kl_cache_drop_owner frees the owner's entries). */
 typedef struct kl_keepalive {
   void* handle;
   void (*retain)(void* handle);
@@ -147,6 +150,7 @@ typedef struct kl_forward_args {
   DLTensor* h_n;
   DLTensor* c_n;
   const kl_keepalive* keepalive; /* constant_weights only; may be NULL */
+  uint64_t owner;                /* 0, or a token unique to the weights' owner */
 } kl_forward_args;
 
 kl_status kl_lstm_forward(const kl_forward_args* args);
@@ -159,6 +163,8 @@ typedef struct kl_cache_stats {
   int64_t entries, bytes, hits, misses, repacks;
 } kl_cache_stats;
 void kl_cache_clear(void);
+/* Drops the entries of one owner (kl_forward_args.owner), e.g. when it dies. */
+void kl_cache_drop_owner(uint64_t owner);
 kl_cache_stats kl_cache_get_stats(void);
 /* Test hook: called after packing, before the entry is cached (a write injected
  * here must be detected by the next call). NULL to remove. */

@@ -109,26 +109,29 @@ static int parse_dtype(const char* name, kl_dtype* dt) {
 
 /* forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional,
  *         has_bias, proj_size=0, batch_first=False, reverse=False,
- *         dtype="float32", num_threads=0, constant_weights=False) -> None
+ *         dtype="float32", num_threads=0, constant_weights=False, owner=0) -> None
  * weights: a sequence of tensors (see kokoro_lstm.h). Writes y, h_n, c_n.
  * constant_weights: the caller's promise that the weights never change while
- * their memory lives (skips the staleness check; benchmarks measure its cost). */
+ * their memory lives (skips the staleness check); owner: a token unique to the
+ * weights' owner, part of the cache key (see kl_forward_args). */
 static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   (void)m;
   static char* kwlist[] = {"x", "lengths", "h0", "c0", "weights", "y", "h_n", "c_n",
                            "num_layers", "bidirectional", "has_bias", "proj_size",
                            "batch_first", "reverse", "dtype", "num_threads",
-                           "constant_weights", NULL};
+                           "constant_weights", "owner", NULL};
   PyObject *xo, *leno, *h0o, *c0o, *wo, *yo, *hno, *cno;
   kl_forward_args fa;
   memset(&fa, 0, sizeof(fa));
   const char* dtname = "float32";
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsip", kwlist, &xo, &leno, &h0o,
+  unsigned long long owner = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsipK", kwlist, &xo, &leno, &h0o,
                                    &c0o, &wo, &yo, &hno, &cno, &fa.num_layers, &fa.bidirectional,
                                    &fa.has_bias, &fa.proj_size, &fa.batch_first, &fa.reverse,
-                                   &dtname, &fa.num_threads, &fa.constant_weights))
+                                   &dtname, &fa.num_threads, &fa.constant_weights, &owner))
     return NULL;
   if (!parse_dtype(dtname, &fa.dtype)) return NULL;
+  fa.owner = owner;
   PyObject* seq = PySequence_Fast(wo, "weights must be a sequence of tensors");
   if (!seq) return NULL;
   const Py_ssize_t nw = PySequence_Fast_GET_SIZE(seq);
@@ -191,6 +194,14 @@ done:
 static PyObject* mod_cache_clear(PyObject* m, PyObject* unused) {
   (void)m, (void)unused;
   kl_cache_clear();
+  Py_RETURN_NONE;
+}
+
+static PyObject* mod_cache_drop_owner(PyObject* m, PyObject* arg) {
+  (void)m;
+  const unsigned long long owner = PyLong_AsUnsignedLongLong(arg);
+  if (owner == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  kl_cache_drop_owner(owner);
   Py_RETURN_NONE;
 }
 
@@ -412,6 +423,7 @@ static PyMethodDef module_methods[] = {
      "the C entry kl_lstm_forward (GIL released)."},
     {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM."},
     {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters."},
+    {"cache_drop_owner", mod_cache_drop_owner, METH_O, "Drop the cache entries of one owner token."},
     {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},
     {"get_num_threads", mod_get_num_threads, METH_NOARGS, "The engine's default thread count."},
     {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
