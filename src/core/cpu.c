@@ -190,7 +190,8 @@ kl_f32_rsum_fn kl_select_rsum(void) {
 kl_fp_ukernel_fn kl_select_fp(void) {
 #ifdef KL_HAVE_X86
   const kl_isa isa = kl_isa_active();
-  if (isa == KL_ISA_AVX2 || isa == KL_ISA_AVX512) return kl_u64_fingerprint__avx2fma;
+  if (isa == KL_ISA_AVX512) return kl_u64_fingerprint__avx512f;
+  if (isa == KL_ISA_AVX2) return kl_u64_fingerprint__avx2fma;
 #endif
   return kl_u64_fingerprint__scalar;
 }

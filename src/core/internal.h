@@ -107,6 +107,7 @@ kl_fp_ukernel_fn kl_select_fp(void);
 void kl_u64_fingerprint__scalar(const void*, size_t, uint64_t*);
 #if defined(__x86_64__) || defined(_M_X64)
 void kl_u64_fingerprint__avx2fma(const void*, size_t, uint64_t*);
+void kl_u64_fingerprint__avx512f(const void*, size_t, uint64_t*);
 #endif
 
 /* ---- thread pool (threadpool.c) ---- */
