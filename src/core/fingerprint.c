@@ -56,12 +56,18 @@ static void fp_task(void* vctx, int ith, int nth) {
     c->out[i] = digest(c->fold, c->items[i].p, c->items[i].n, i);
 }
 
+/* A region is cut into pieces of `bytes` contiguous bytes, `stride` apart:
+ * one piece when its rows are contiguous, else one per row. */
+static void pieces_of(const kl_region* r, int64_t* pieces, int64_t* bytes) {
+  const int whole = r->rows <= 1 || r->stride_bytes == r->row_bytes;
+  *pieces = whole ? 1 : r->rows;
+  *bytes = whole ? r->rows * r->row_bytes : r->row_bytes;
+}
+
 kl_status kl_fingerprint(const kl_region* r, int nr, int nth, kl_fp128* result) {
-  int64_t n = 0;
+  int64_t n = 0, pieces, bytes;
   for (int k = 0; k < nr; k++) {
-    const int whole = r[k].rows <= 1 || r[k].stride_bytes == r[k].row_bytes;
-    const int64_t pieces = whole ? 1 : r[k].rows;
-    const int64_t bytes = whole ? r[k].rows * r[k].row_bytes : r[k].row_bytes;
+    pieces_of(&r[k], &pieces, &bytes);
     n += pieces * ((bytes + KL_FP_CHUNK - 1) / KL_FP_CHUNK);
   }
   fp_item* items = malloc((size_t)(n ? n : 1) * sizeof(fp_item));
@@ -73,9 +79,7 @@ kl_status kl_fingerprint(const kl_region* r, int nr, int nth, kl_fp128* result) 
   }
   int64_t i = 0;
   for (int k = 0; k < nr; k++) {
-    const int whole = r[k].rows <= 1 || r[k].stride_bytes == r[k].row_bytes;
-    const int64_t pieces = whole ? 1 : r[k].rows;
-    const int64_t bytes = whole ? r[k].rows * r[k].row_bytes : r[k].row_bytes;
+    pieces_of(&r[k], &pieces, &bytes);
     for (int64_t piece = 0; piece < pieces; piece++)
       for (int64_t off = 0; off < bytes; off += KL_FP_CHUNK) {
         items[i].p = (const unsigned char*)r[k].p + piece * r[k].stride_bytes + off;
