@@ -19,6 +19,8 @@
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
+#   make bench-kernels  benchmarks/c/bench_kernels.c: ns per call of every kernel of the
+#                     kernel lists this CPU can run (BENCH_KERNELS_ROUNDS rounds, default 21)
 #   make clean        build outputs (keeps .venv); `make distclean` also removes .venv
 #
 # BLAS for the C test follows setup.py: KOKORO_LSTM_BLAS=auto (default: the
@@ -55,7 +57,7 @@ CC_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
 OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(or $(findstring aarch64,$(CC_MACHINE)),$(findstring arm64,$(CC_MACHINE))),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
 CORE_SRCS := $(sort $(filter-out $(OTHER_KERNELS),$(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c))) src/tvm/kl_tvm_ffi.c
 TEST_SRC := src/tests/test_core.c
-HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*/*.h src/tvm/*.h)
+HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*.inc src/kernels/*/*.h src/tvm/*.h)
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fno-math-errno \
                  -ffp-contract=off $(CFLAGS_EXTRA)
 OPT_O2 := -O2
@@ -93,6 +95,9 @@ BLAS_SRCS := $(if $(filter ref,$(CBLAS)),src/tests/refblas/refblas.c)
 O2_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
 ASAN_OBJS := $(patsubst %.c,$(CBUILD)/asan/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
 O2_BIN := $(CBUILD)/o2/test_core
+BENCH_SRC := benchmarks/c/bench_kernels.c
+BENCH_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(BENCH_SRC) $(BLAS_SRCS))
+BENCH_BIN := $(CBUILD)/o2/bench_kernels
 ASAN_BIN := $(CBUILD)/asan/test_core
 
 # ---- Debian's own stack --------------------------------------------------------------------
@@ -101,7 +106,7 @@ DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenb
 DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py
 
-.PHONY: all venv ext test ctest asan debian-test blas-scipy-test demo bench clean distclean \
+.PHONY: all venv ext test ctest asan bench-kernels debian-test blas-scipy-test demo bench clean distclean \
         test-aarch64 ctest-portable wheel-test clang-check
 
 all: test
@@ -174,6 +179,13 @@ $(CBUILD)/asan/%.o: %.c $(HDRS) $(BLAS_FLAGS)
 
 $(O2_BIN): $(O2_OBJS) $(BLAS_FLAGS)
 	$(CC) $(CFLAGS_COMMON) $(OPT_O2) -o $@ $(O2_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+
+$(BENCH_BIN): $(BENCH_OBJS) $(BLAS_FLAGS)
+	$(CC) $(CFLAGS_COMMON) $(OPT_O2) -o $@ $(BENCH_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+
+BENCH_KERNELS_ROUNDS ?= 21
+bench-kernels: $(BENCH_BIN)
+	$(BENCH_BIN) $(BENCH_KERNELS_ROUNDS)
 
 $(ASAN_BIN): $(ASAN_OBJS) $(BLAS_FLAGS)
 	$(CC) $(CFLAGS_COMMON) $(OPT_ASAN) -o $@ $(ASAN_OBJS) $$(cat $(CBUILD)/blas.libs) -lm

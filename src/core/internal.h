@@ -105,9 +105,7 @@ kl_status kl_fingerprint(const kl_region* regions, int n, int nth, kl_fp128* res
 typedef void (*kl_fp_ukernel_fn)(const void* p, size_t n, uint64_t* acc);
 kl_fp_ukernel_fn kl_select_fp(void);
 void kl_u64_fingerprint__scalar(const void*, size_t, uint64_t*);
-#if defined(__x86_64__) || defined(_M_X64)
-void kl_u64_fingerprint__avx2fma(const void*, size_t, uint64_t*);
-#endif
+void kl_u64_fingerprint__avx2fma(const void*, size_t, uint64_t*); /* x86-64 only */
 
 /* ---- thread pool (threadpool.c) ---- */
 typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
@@ -127,42 +125,74 @@ typedef struct kl_barrier {
 void kl_barrier_init(kl_barrier* b, int n);
 void kl_barrier_wait(kl_barrier* b);
 
-/* ---- kernels ---- */
-#define KL_DECLARE_ISA(isa)                                                                  \
-  void kl_f32_lstmcell_ukernel__##isa(size_t, size_t, size_t, size_t, const void*,           \
-                                      const void*, size_t, const kl_cell_row*);              \
-  void kl_f32_lstmproj_ukernel__##isa(size_t, size_t, size_t, const void*, size_t,           \
-                                      const void* const*, void* const*);                     \
-  void kl_bf16_lstmcell_ukernel__##isa(size_t, size_t, size_t, size_t, const void*,          \
-                                       const void*, size_t, const kl_cell_row*);             \
-  void kl_bf16_lstmproj_ukernel__##isa(size_t, size_t, size_t, const void*, size_t,          \
-                                       const void* const*, void* const*);                    \
-  void kl_f32_vsigmoid__##isa(size_t, const float*, float*);                                 \
-  void kl_f32_vtanh__##isa(size_t, const float*, float*);                                    \
-  float kl_f32_rsum__##isa(size_t, const float*);
-
-KL_DECLARE_ISA(scalar)
+/* ---- kernels: declared by their lists (src/kernels/<op>.inc) ---- */
 #if defined(__x86_64__) || defined(_M_X64)
 #define KL_HAVE_X86 1
-KL_DECLARE_ISA(avx2fma)
-KL_DECLARE_ISA(avx512f)
-void kl_bf16_lstmcell_ukernel__avx512bf16(size_t, size_t, size_t, size_t, const void*,
-                                          const void*, size_t, const kl_cell_row*);
-void kl_bf16_gemm_ukernel__avx512bf16(size_t, size_t, size_t, const uint32_t*, const uint16_t*,
-                                      float*, size_t);
-void kl_f32_to_bf16_pairs__avx512bf16(size_t, size_t, const float*, size_t, uint32_t*);
 #elif defined(__aarch64__) || defined(_M_ARM64)
 #define KL_HAVE_NEON 1
-/* NEON: float32 and widening bfloat16 kernels (-neon.c); the BFDOT cell (-neonbf16.c). */
-KL_DECLARE_ISA(neon)
-void kl_bf16_lstmcell_ukernel__neonbf16(size_t, size_t, size_t, size_t, const void*,
-                                        const void*, size_t, const kl_cell_row*);
 #endif
 
-void kl_f64_lstmcell_ukernel__scalar(size_t, size_t, size_t, size_t, const void*, const void*,
-                                     size_t, const kl_cell_row*);
-void kl_f64_lstmproj_ukernel__scalar(size_t, size_t, size_t, const void*, size_t,
-                                     const void* const*, void* const*);
+/* CPU features a kernel needs: the first argument of each list line. cpu.c
+ * detects them once; an ISA level (kl_isa) allows a subset of them. */
+#define KL_ARCH_AVX2FMA 0x01u    /* AVX2 + FMA */
+#define KL_ARCH_F16C 0x02u       /* half <-> float conversion (vcvtph2ps) */
+#define KL_ARCH_AVX512F 0x04u
+#define KL_ARCH_AVX512BF16 0x08u /* AVX512_BF16 (vdpbf16ps) */
+#define KL_ARCH_NEON 0x10u       /* AArch64 Advanced SIMD (FCVTL half conversion included) */
+#define KL_ARCH_NEON_BF16 0x20u  /* FEAT_BF16 (BFDOT) */
+unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
+unsigned kl_arch_active(void);   /* those the active ISA level allows */
+
+#define KL_KERNEL(arch, wt, isa, fn) \
+  void fn(size_t, size_t, size_t, size_t, const void*, const void*, size_t, const kl_cell_row*);
+#include "lstmcell.inc"
+#undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) \
+  void fn(size_t, size_t, size_t, const void*, size_t, const void* const*, void* const*);
+#include "lstmproj.inc"
+#undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, float*);
+#include "f32-vsigmoid.inc"
+#include "f32-vtanh.inc"
+#undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) float fn(size_t, const float*);
+#include "f32-rsum.inc"
+#undef KL_KERNEL
+#define KL_GEMM(arch, wt, isa, gemm, pack)                                                  \
+  void gemm(size_t, size_t, size_t, const uint32_t*, const uint16_t*, float*, size_t);      \
+  void pack(size_t, size_t, const float*, size_t, uint32_t*);
+#include "bf16-gemm.inc"
+#undef KL_GEMM
+
+/* The lists as tables (cpu.c), in list order, for the dispatch, the tests and
+ * the benchmarks. */
+#define KL_KERNEL_ENTRY(fn_type)                                                           \
+  struct {                                                                                 \
+    unsigned arch;    /* KL_ARCH_* it needs */                                             \
+    kl_wtype wt;      /* the weight (or data) type it serves */                            \
+    const char* isa;  /* its file suffix: avx512f, neon, scalar, ... */                    \
+    const char* name; /* the function's name */                                            \
+    fn_type fn;                                                                            \
+  }
+typedef KL_KERNEL_ENTRY(kl_lstmcell_ukernel_fn) kl_lstmcell_entry;
+typedef KL_KERNEL_ENTRY(kl_lstmproj_ukernel_fn) kl_lstmproj_entry;
+typedef KL_KERNEL_ENTRY(kl_f32_vunary_fn) kl_vunary_entry;
+typedef KL_KERNEL_ENTRY(kl_f32_rsum_fn) kl_rsum_entry;
+typedef struct kl_gemm_entry {
+  unsigned arch;
+  kl_wtype wt;
+  const char* isa;
+  const char* name;
+  kl_bf16_gemm_ukernel_fn gemm;
+  kl_f32_to_bf16_pairs_fn pack;
+} kl_gemm_entry;
+extern const kl_lstmcell_entry kl_lstmcell_list[];
+extern const kl_lstmproj_entry kl_lstmproj_list[];
+extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[];
+extern const kl_rsum_entry kl_rsum_list[];
+extern const kl_gemm_entry kl_gemm_list[];
+extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count,
+    kl_rsum_count, kl_gemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {

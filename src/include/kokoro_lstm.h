@@ -177,16 +177,19 @@ void kl_set_num_threads(int n);
 int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size);
 
 /* ---- CPU dispatch ------------------------------------------------------ */
-/* x86-64: scalar < avx2 < avx512; aarch64: scalar < neon < neon-bf16. Only the
- * current architecture's names are ever supported (kl_isa_supported). */
+/* x86-64: scalar < avx2 < avx512 < avx512-bf16; aarch64: scalar < neon < neon-bf16.
+ * Each level allows the kernels of the levels below it; avx512 is AVX-512F without
+ * the AVX512_BF16 kernels. Only the current architecture's names are ever
+ * supported (kl_isa_supported). */
 typedef enum kl_isa {
   KL_ISA_SCALAR = 0,
   KL_ISA_AVX2 = 1,
   KL_ISA_AVX512 = 2,
   KL_ISA_NEON = 3,
   KL_ISA_NEON_BF16 = 4, /* NEON + BFDOT (FEAT_BF16) */
+  KL_ISA_AVX512_BF16 = 5, /* AVX-512F + AVX512_BF16 (vdpbf16ps) */
 } kl_isa;
-#define KL_ISA_COUNT 5 /* names are kl_isa_name(0 .. KL_ISA_COUNT-1) */
+#define KL_ISA_COUNT 6 /* names are kl_isa_name(0 .. KL_ISA_COUNT-1) */
 
 kl_isa kl_isa_detected(void);  /* best ISA this CPU (and build) supports */
 int kl_isa_supported(kl_isa isa); /* 1 if kl_isa_set(isa) would succeed */
@@ -195,6 +198,7 @@ kl_isa kl_isa_active(void);    /* the ISA kernels run with */
  * Affects kl_lstm objects created afterwards. */
 kl_status kl_isa_set(kl_isa isa);
 const char* kl_isa_name(kl_isa isa);
+/* 1 if the active ISA level uses the AVX512_BF16 kernels (dtype bfloat16). */
 int kl_cpu_has_avx512bf16(void);
 
 /* Vector activations of the active ISA over n floats, for accuracy tests:
