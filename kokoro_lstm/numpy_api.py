@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # annotations only (postponed by `from __future__ import anno
 
 __all__ = ["LSTM", "lstm_forward", "default_num_threads", "clear_cache", "cache_info"]
 
-_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.float32}
+_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.float32,
+           "float16": np.float32}
 
 
 def default_num_threads() -> int:
@@ -192,10 +193,12 @@ class LSTM:
     """torch.nn.LSTM forward on the C engine; weights are packed once here.
 
     ``dtype``: "float32" (default; any real floating input, float32 results),
-    "float64" (end to end) or "bfloat16" (weights in bfloat16, float32
+    "float64" (end to end), "bfloat16" (weights in bfloat16, float32
     activations, states and accumulation; with AVX512_BF16 the input projection
     and h are rounded to bfloat16 too: about 4e-3 max-abs at Kokoro's shape,
-    bound 1e-2).
+    bound 1e-2) or "float16" (recurrent weights in IEEE half, everything else
+    float32, the input projection a float32 GEMM: bound 1e-3 max-abs at Kokoro's
+    shape).
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,

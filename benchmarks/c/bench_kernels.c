@@ -51,7 +51,7 @@ static float frand(float lo, float hi) {
 
 static size_t wsize(kl_wtype wt) { return wt == KL_W_F64 ? 8 : wt == KL_W_F32 ? 4 : 2; }
 static const char* wname(kl_wtype wt) {
-  return wt == KL_W_F64 ? "f64" : wt == KL_W_BF16 ? "bf16" : "f32";
+  return wt == KL_W_F64 ? "f64" : wt == KL_W_BF16 ? "bf16" : wt == KL_W_F16 ? "f16" : "f32";
 }
 
 /* Random weights of any type: bytes of small values (the f64 kernel reads
@@ -62,6 +62,7 @@ static void* random_weights(kl_wtype wt, size_t n) {
     const float v = frand(-0.05f, 0.05f);
     if (wt == KL_W_F64) ((double*)w)[i] = v;
     else if (wt == KL_W_F32) ((float*)w)[i] = v;
+    else if (wt == KL_W_F16) ((uint16_t*)w)[i] = kl_f32_to_f16(v);
     else ((uint16_t*)w)[i] = kl_f32_to_bf16(v);
   }
   return w;

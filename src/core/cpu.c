@@ -12,6 +12,9 @@
 
 #include "internal.h"
 
+#if defined(KL_HAVE_X86)
+#include <cpuid.h>
+#endif
 #if defined(KL_HAVE_NEON) && defined(__linux__) && !defined(KL_FORCE_PORTABLE)
 #include <sys/auxv.h>
 #define KL_HWCAP_ASIMD (1ul << 1) /* asm/hwcap.h: HWCAP_ASIMD */
@@ -60,7 +63,8 @@ static void detect(void) {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     g_arch |= KL_ARCH_AVX2FMA;
-    if (__builtin_cpu_supports("f16c")) g_arch |= KL_ARCH_F16C;
+    unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c") */
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u)) g_arch |= KL_ARCH_F16C;
     if (__builtin_cpu_supports("avx512f")) {
       g_arch |= KL_ARCH_AVX512F;
       if (__builtin_cpu_supports("avx512bf16")) g_arch |= KL_ARCH_AVX512BF16;

@@ -57,7 +57,7 @@ typedef struct kl_kernels {
 } kl_kernels;
 
 /* Weight types of the packed recurrent panels. */
-typedef enum kl_wtype { KL_W_F32 = 0, KL_W_F64 = 1, KL_W_BF16 = 2 } kl_wtype;
+typedef enum kl_wtype { KL_W_F32 = 0, KL_W_F64 = 1, KL_W_BF16 = 2, KL_W_F16 = 3 } kl_wtype;
 
 /* Picks the kernels for a weight type under the active ISA. */
 kl_kernels kl_select_kernels(kl_wtype wt);
@@ -203,6 +203,41 @@ static inline uint16_t kl_f32_to_bf16(float f) {
 }
 static inline float kl_bf16_to_f32(uint16_t h) {
   union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+  return v.f;
+}
+
+/* IEEE half helpers, portable (the SIMD kernels convert with vcvtph2ps / FCVTL,
+ * which give the same floats). float -> half rounds to nearest even; beyond
+ * the half range (|x| >= 65520) gives +-inf, NaN a quiet NaN; below 2^-14 it
+ * rounds to a subnormal half (F. Giesen's float_to_half_fast3_rtne). */
+static inline uint16_t kl_f32_to_f16(float f) {
+  union { float f; uint32_t u; } v = {f}, magic = {0.5f}; /* 0.5f: (127 - 1) << 23 */
+  const uint32_t sign = v.u & 0x80000000u;
+  uint32_t o;
+  v.u ^= sign;
+  if (v.u >= (127u + 16u) << 23) { /* >= 65536, inf or NaN */
+    o = v.u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  } else if (v.u < 113u << 23) { /* below 2^-14: a subnormal half or zero */
+    v.f += magic.f;
+    o = v.u - magic.u;
+  } else {
+    const uint32_t mant_odd = (v.u >> 13) & 1u;
+    v.u += 0xc8000fffu + mant_odd; /* ((15 - 127) << 23) + 0xfff, mod 2^32 */
+    o = v.u >> 13;
+  }
+  return (uint16_t)(o | (sign >> 16));
+}
+static inline float kl_f16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  union { uint32_t u; float f; } v;
+  if (e == 0x1fu) {
+    v.u = sign | 0x7f800000u | (m << 13);
+  } else if (e == 0) { /* zero or subnormal: m * 2^-24, exact */
+    v.f = (float)m * 5.9604644775390625e-8f;
+    v.u |= sign;
+  } else {
+    v.u = sign | ((e + 112u) << 23) | (m << 13);
+  }
   return v.f;
 }
 

@@ -36,9 +36,10 @@ typedef enum kl_status {
 
 const char* kl_status_str(kl_status s);
 
-/* Storage / compute types. KL_BF16 stores the recurrent weights in bfloat16
- * and computes in float32 (inputs, outputs and states are float32). */
-typedef enum kl_dtype { KL_F32 = 0, KL_F64 = 1, KL_BF16 = 2 } kl_dtype;
+/* Storage / compute types. KL_BF16 stores the recurrent weights in bfloat16,
+ * KL_F16 in IEEE half (float16); both compute in float32 (inputs, outputs,
+ * states and accumulation are float32; the caller passes float32 weights). */
+typedef enum kl_dtype { KL_F32 = 0, KL_F64 = 1, KL_BF16 = 2, KL_F16 = 3 } kl_dtype;
 
 /* Size in bytes of one element of the input/output/state arrays. */
 size_t kl_dtype_io_size(kl_dtype dt);
@@ -135,7 +136,7 @@ typedef struct kl_forward_args {
   int proj_size;        /* 0 or P */
   int batch_first;      /* x and y are [B, T, ...] */
   int constant_weights; /* see above */
-  kl_dtype dtype;       /* KL_F32, KL_F64, or KL_BF16 (float32 tensors, bf16 weights) */
+  kl_dtype dtype;       /* KL_F32, KL_F64, KL_BF16 or KL_F16 (float32 tensors, bf16/f16 weights) */
   int num_threads;      /* >= 1, or 0 for kl_get_num_threads() */
   const DLTensor* x;
   const DLTensor* lengths;

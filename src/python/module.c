@@ -100,8 +100,10 @@ static int parse_dtype(const char* name, kl_dtype* dt) {
   if (strcmp(name, "float32") == 0) *dt = KL_F32;
   else if (strcmp(name, "float64") == 0) *dt = KL_F64;
   else if (strcmp(name, "bfloat16") == 0) *dt = KL_BF16;
+  else if (strcmp(name, "float16") == 0) *dt = KL_F16;
   else {
-    PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'float64' or 'bfloat16', got '%s'", name);
+    PyErr_Format(PyExc_ValueError,
+                 "dtype must be 'float32', 'float64', 'bfloat16' or 'float16', got '%s'", name);
     return 0;
   }
   return 1;

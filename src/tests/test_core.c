@@ -487,10 +487,12 @@ static double max_err(const double* a, const double* b, size_t n) {
 }
 
 static const char* dtype_name(kl_dtype dt) {
-  return dt == KL_F64 ? "float64" : dt == KL_BF16 ? "bfloat16" : "float32";
+  return dt == KL_F64 ? "float64" : dt == KL_BF16 ? "bfloat16" : dt == KL_F16 ? "float16" : "float32";
 }
 
-static double tolerance(kl_dtype dt) { return dt == KL_F64 ? 1e-12 : dt == KL_BF16 ? 1e-2 : 2e-6; }
+static double tolerance(kl_dtype dt) {
+  return dt == KL_F64 ? 1e-12 : dt == KL_BF16 ? 1e-2 : dt == KL_F16 ? 1e-3 : 2e-6;
+}
 
 /* The one entry on strided weights gives the packed object's exact results; the
  * cache serves the second call and repacks after a weight changes in place. */
@@ -885,6 +887,7 @@ static const char* wtype_name(kl_wtype wt) {
     case KL_W_F32: return "f32";
     case KL_W_F64: return "f64";
     case KL_W_BF16: return "bf16";
+    case KL_W_F16: return "f16";
   }
   return "?";
 }
@@ -900,7 +903,7 @@ static int cpu_has(unsigned arch, const char* name) {
 static size_t panel_elems(kl_wtype wt, size_t R, size_t nblk) {
   return wt == KL_W_BF16 ? nblk * ((R + 1) / 2) * 128 : nblk * R * 64;
 }
-static size_t wsize(kl_wtype wt) { return wt == KL_W_F64 ? 8 : wt == KL_W_F32 ? 4 : 2; }
+static size_t wsize(kl_wtype wt) { return wt == KL_W_F64 ? 8 : wt == KL_W_F32 ? 4 : 2; } /* bf16, f16: 2 */
 
 /* Random panel values in [-0.5, 0.5) stored in the weight type; the pad k of each
  * bfloat16 pair is zero for odd R, as the core packs it. */
@@ -912,6 +915,7 @@ static void* random_panel(kl_wtype wt, size_t R, size_t nblk) {
     const float v = (float)urand(-0.5, 0.5);
     if (wt == KL_W_BF16) ((uint16_t*)w)[i] = (wt == KL_W_BF16 && (R & 1) && (i & 1) &&
                                               (i / 128) % npair == npair - 1) ? 0 : kl_f32_to_bf16(v);
+    else if (wt == KL_W_F16) ((uint16_t*)w)[i] = kl_f32_to_f16(v);
     else if (wt == KL_W_F64) ((double*)w)[i] = v;
     else ((float*)w)[i] = v;
   }
@@ -1118,8 +1122,52 @@ static void test_gemm_kernel(const kl_gemm_entry* k) {
         "13, K = 1, 37, N = 64, 128%s", k->name, wtype_name(k->wt), k->isa, why);
 }
 
+/* The portable half conversions: every half widens exactly and narrows back to
+ * itself; floats round to nearest even (midpoints between neighbouring halves),
+ * overflow to inf, NaN stays NaN. */
+static void test_f16_conversion(void) {
+  int ok = 1;
+  char why[160] = "";
+  for (uint32_t u = 0; u < 65536 && ok; u++) {
+    const uint16_t h = (uint16_t)u;
+    const float f = kl_f16_to_f32(h);
+    const int nan = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu);
+    if (nan) {
+      ok = isnan(f) && (kl_f32_to_f16(f) & 0x7fffu) > 0x7c00u;
+      if (!ok) snprintf(why, sizeof(why), " (NaN 0x%04x)", (unsigned)h);
+      continue;
+    }
+    /* the value: sign, exponent, mantissa in double */
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double want = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+    if (h & 0x8000u) want = -want;
+    if ((double)f != want || kl_f32_to_f16(f) != h) {
+      ok = 0;
+      snprintf(why, sizeof(why), " (0x%04x -> %.9g, want %.9g, back 0x%04x)", (unsigned)h, (double)f,
+               want, (unsigned)kl_f32_to_f16(f));
+    }
+    /* the midpoint to the next half up rounds to the even one of the two */
+    if (ok && e < 31 && (h & 0x7fffu) < 0x7bffu) {
+      const float next = kl_f16_to_f32((uint16_t)(h + 1));
+      const float mid = (float)(((double)f + (double)next) / 2.0); /* exact in float */
+      const uint16_t even = (h & 1u) ? (uint16_t)(h + 1) : h;
+      if (kl_f32_to_f16(mid) != even) {
+        ok = 0;
+        snprintf(why, sizeof(why), " (midpoint after 0x%04x -> 0x%04x, want 0x%04x)", (unsigned)h,
+                 (unsigned)kl_f32_to_f16(mid), (unsigned)even);
+      }
+    }
+  }
+  ok = ok && kl_f32_to_f16(65519.0f) == 0x7bffu && kl_f32_to_f16(65520.0f) == 0x7c00u &&
+       kl_f32_to_f16(-1e30f) == 0xfc00u && kl_f32_to_f16(INFINITY) == 0x7c00u &&
+       kl_f32_to_f16(1e-9f) == 0 && kl_f32_to_f16(-0.0f) == 0x8000u;
+  check(ok, "[f16] half <-> float: all 65536 halves exact and back, midpoints to even, "
+        "overflow to inf, NaN kept%s", why);
+}
+
 /* Every entry of every kernel list the CPU can run, whatever the ISA level. */
 static void test_kernel_lists(void) {
+  test_f16_conversion();
   for (size_t i = 0; i < kl_lstmcell_count; i++)
     if (kl_lstmcell_list[i].arch && cpu_has(kl_lstmcell_list[i].arch, kl_lstmcell_list[i].name))
       test_cell_kernel(&kl_lstmcell_list[i]);
@@ -1139,7 +1187,7 @@ static void test_kernel_lists(void) {
   for (size_t i = 0; i < kl_gemm_count; i++)
     if (cpu_has(kl_gemm_list[i].arch, kl_gemm_list[i].name)) test_gemm_kernel(&kl_gemm_list[i]);
   /* every weight type has a scalar kernel, so the dispatch never comes back empty */
-  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16};
+  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
   int ok = 1;
   for (size_t i = 0; i < sizeof(wts) / sizeof(wts[0]); i++) ok = ok && scalar_cell(wts[i]) && scalar_proj(wts[i]);
   check(ok && kl_vsigmoid_list[kl_vsigmoid_count - 1].arch == 0 &&
@@ -1150,7 +1198,7 @@ static void test_kernel_lists(void) {
 /* The kernels the active level picks: per weight type, the first list entry it allows. */
 static void test_dispatch(const char* name) {
   const unsigned arch = kl_arch_active();
-  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16};
+  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
   int ok = 1;
   char why[200] = "";
   for (size_t t = 0; t < sizeof(wts) / sizeof(wts[0]); t++) {
@@ -1174,8 +1222,9 @@ int main(void) {
   const kl_isa best = kl_isa_detected();
   printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
          kl_blas_name(), kl_isa_name(best), kl_isa_name(kl_isa_active()), kl_cpu_has_avx512bf16());
-  check(kl_dtype_io_size(KL_F32) == 4 && kl_dtype_io_size(KL_BF16) == 4 && kl_dtype_io_size(KL_F64) == 8,
-        "[api] kl_dtype_io_size: float32 4, bfloat16 4, float64 8");
+  check(kl_dtype_io_size(KL_F32) == 4 && kl_dtype_io_size(KL_BF16) == 4 &&
+            kl_dtype_io_size(KL_F16) == 4 && kl_dtype_io_size(KL_F64) == 8,
+        "[api] kl_dtype_io_size: float32 4, bfloat16 4, float16 4, float64 8");
 
   test_bad_args();
   test_kernel_lists();
@@ -1200,8 +1249,8 @@ int main(void) {
     test_activations(name);
     test_dispatch(name);
     if (isa != KL_ISA_SCALAR) test_fingerprint(name);
-    const kl_dtype dts[3] = {KL_F32, KL_BF16, KL_F64};
-    for (int di = 0; di < 3; di++)
+    const kl_dtype dts[4] = {KL_F32, KL_BF16, KL_F16, KL_F64};
+    for (int di = 0; di < 4; di++)
       for (int ci = 0; ci < NCASES; ci++) test_case(&CASES[ci], dts[di], name);
     test_concurrent(name);
   }
