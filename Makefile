@@ -19,6 +19,8 @@
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
+#   make bench-kernels  benchmarks/c/bench_kernels.c: ns per call of every kernel of the
+#                     kernel lists this CPU can run (BENCH_KERNELS_ROUNDS rounds, default 21)
 #   make clean        build outputs (keeps .venv); `make distclean` also removes .venv
 #
 # BLAS for the C test follows setup.py: KOKORO_LSTM_BLAS=auto (default: the
@@ -49,13 +51,13 @@ endif
 
 # ---- C sources and flags (the same per-file ISA flags as setup.py) -------------------
 # Kernels of the other architecture are left out by file suffix (as in setup.py).
-X86_KERNELS := %-avx2fma.c %-avx512f.c %-avx512bf16.c
+X86_KERNELS := %-avx2fma.c %-avx2f16c.c %-avx512f.c %-avx512bf16.c
 ARM_KERNELS := %-neon.c %-neonbf16.c
 CC_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
 OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(or $(findstring aarch64,$(CC_MACHINE)),$(findstring arm64,$(CC_MACHINE))),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
 CORE_SRCS := $(sort $(filter-out $(OTHER_KERNELS),$(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c))) src/tvm/kl_tvm_ffi.c
 TEST_SRC := src/tests/test_core.c
-HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*/*.h src/tvm/*.h)
+HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*.inc src/kernels/*/*.h src/tvm/*.h)
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fno-math-errno \
                  -ffp-contract=off $(CFLAGS_EXTRA)
 OPT_O2 := -O2
@@ -63,6 +65,7 @@ OPT_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer -g -O1
 INCS := -Isrc/include -Isrc/core -Isrc/kernels -Isrc/third_party -Isrc/tvm
 isa_flags = $(strip $(if $(filter %-avx2fma.c,$(1)),-mavx2 -mfma) \
+                    $(if $(filter %-avx2f16c.c,$(1)),-mavx2 -mfma -mf16c) \
                     $(if $(filter %-avx512f.c,$(1)),-mavx512f -mfma) \
                     $(if $(filter %-avx512bf16.c,$(1)),-mavx512f -mavx512bf16 -mfma) \
                     $(if $(filter %-neonbf16.c,$(1)),-march=armv8.2-a+bf16))
@@ -93,6 +96,9 @@ BLAS_SRCS := $(if $(filter ref,$(CBLAS)),src/tests/refblas/refblas.c)
 O2_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
 ASAN_OBJS := $(patsubst %.c,$(CBUILD)/asan/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
 O2_BIN := $(CBUILD)/o2/test_core
+BENCH_SRC := benchmarks/c/bench_kernels.c
+BENCH_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(BENCH_SRC) $(BLAS_SRCS))
+BENCH_BIN := $(CBUILD)/o2/bench_kernels
 ASAN_BIN := $(CBUILD)/asan/test_core
 
 # ---- Debian's own stack --------------------------------------------------------------------
@@ -101,7 +107,7 @@ DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenb
 DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py tests/test_one_road.py
 
-.PHONY: all venv ext test ctest asan debian-test blas-scipy-test demo bench clean distclean \
+.PHONY: all venv ext test ctest asan bench-kernels debian-test blas-scipy-test demo bench clean distclean \
         test-aarch64 ctest-portable wheel-test clang-check
 
 all: test
@@ -174,6 +180,13 @@ $(CBUILD)/asan/%.o: %.c $(HDRS) $(BLAS_FLAGS)
 
 $(O2_BIN): $(O2_OBJS) $(BLAS_FLAGS)
 	$(CC) $(CFLAGS_COMMON) $(OPT_O2) -o $@ $(O2_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+
+$(BENCH_BIN): $(BENCH_OBJS) $(BLAS_FLAGS)
+	$(CC) $(CFLAGS_COMMON) $(OPT_O2) -o $@ $(BENCH_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+
+BENCH_KERNELS_ROUNDS ?= 21
+bench-kernels: $(BENCH_BIN)
+	$(BENCH_BIN) $(BENCH_KERNELS_ROUNDS)
 
 $(ASAN_BIN): $(ASAN_OBJS) $(BLAS_FLAGS)
 	$(CC) $(CFLAGS_COMMON) $(OPT_ASAN) -o $@ $(ASAN_OBJS) $$(cat $(CBUILD)/blas.libs) -lm

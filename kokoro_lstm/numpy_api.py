@@ -28,7 +28,8 @@ __all__ = ["LSTM", "lstm_forward", "default_num_threads", "clear_cache", "cache_
 
 _owner_tokens = itertools.count(1)  # LSTM objects' cache owner tokens
 
-_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.float32}
+_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": np.float32,
+           "float16": np.float32}
 
 
 def default_num_threads() -> int:
@@ -197,10 +198,12 @@ class LSTM:
     """torch.nn.LSTM forward on the C engine; weights are packed once here.
 
     ``dtype``: "float32" (default; any real floating input, float32 results),
-    "float64" (end to end) or "bfloat16" (weights in bfloat16, float32
+    "float64" (end to end), "bfloat16" (weights in bfloat16, float32
     activations, states and accumulation; with AVX512_BF16 the input projection
     and h are rounded to bfloat16 too: about 4e-3 max-abs at Kokoro's shape,
-    bound 1e-2).
+    bound 1e-2) or "float16" (recurrent weights in IEEE half, everything else
+    float32, the input projection a float32 GEMM: bound 1e-3 max-abs at Kokoro's
+    shape).
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,

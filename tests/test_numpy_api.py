@@ -22,8 +22,8 @@ _core = kl._core
 
 F32_TOL = 2e-6
 F64_TOL = 1e-12
-ISAS = ["scalar", "avx2", "avx512", "neon", "neon-bf16"]
-ISA_LADDERS = (["scalar", "avx2", "avx512"], ["scalar", "neon", "neon-bf16"])  # x86-64, aarch64
+ISAS = ["scalar", "avx2", "avx512", "avx512-bf16", "neon", "neon-bf16"]
+ISA_LADDERS = (["scalar", "avx2", "avx512", "avx512-bf16"], ["scalar", "neon", "neon-bf16"])  # x86-64, aarch64
 
 
 # --------------------------------------------------------------------------
@@ -962,6 +962,89 @@ def test_bfloat16_awkward_sizes(isa, I, H, T, B):
     ref, (rh, rc) = reference.lstm(x, sd, num_layers=1, bidirectional=True)
     out, (h, c) = m(x)
     assert np.abs(out - ref).max() <= 3e-2 and np.abs(c - rc).max() <= 3e-2
+
+
+# ---- float16 recurrent weights ---------------------------------------------------
+
+def _kokoro_sd(rng, I=640, H=256):
+    k = 1 / np.sqrt(H)  # PyTorch's init
+    return {name: rng.uniform(-k, k, shape).astype(np.float32) for name, shape in
+            kl.LSTM(I, H, bidirectional=True).expected_shapes().items()}
+
+
+def test_float16_accuracy_at_kokoro_shape(isa):
+    """IEEE half W_hh (float32 W_ih GEMM, states, accumulation): bound 1e-3 max-abs
+    at Kokoro's shape (I=640, H=256, bidirectional, T=256, B=1)."""
+    rng = np.random.default_rng(15)
+    sd = _kokoro_sd(rng)
+    x = rng.standard_normal((1, 256, 640)).astype(np.float32)
+    ref, (rh, rc) = reference.lstm(x, sd, num_layers=1, bidirectional=True, batch_first=True)
+    m = kl.LSTM.from_state_dict(sd, batch_first=True, dtype="float16")
+    out, (h, c) = m(x)
+    assert out.dtype == np.float32 and h.dtype == np.float32
+    err = max(np.abs(out - ref).max(), np.abs(h - rh).max(), np.abs(c - rc).max())
+    assert err <= 1e-3, err
+    # really half weights, not float32 under another name
+    assert np.abs(out - ref).max() > 1e-5
+    # the same as float32 on weights rounded to half (W_hh only; W_ih stays float32)
+    sd16 = {k: (v.astype(np.float16).astype(np.float32) if k.startswith("weight_hh") else v)
+            for k, v in sd.items()}
+    ref16, _ = reference.lstm(x, sd16, num_layers=1, bidirectional=True, batch_first=True)
+    assert np.abs(out - ref16).max() <= 2e-5
+
+
+def test_float16_proj_threads_lengths_and_nan(isa):
+    rng = np.random.default_rng(16)
+    m = kl.LSTM(7, 33, 2, bidirectional=True, proj_size=5, dtype="float16")
+    sd = m.state_dict()
+    x = rng.standard_normal((11, 3, 7)).astype(np.float32)
+    lengths = np.array([11, 4, 7])
+    ref, _ = reference.lstm(x, sd, num_layers=2, bidirectional=True, proj_size=5, lengths=lengths)
+    outs = []
+    for nth in (1, 2, 4):
+        m.num_threads = nth
+        outs.append(m(x, lengths=lengths))
+    assert np.abs(outs[0][0] - ref).max() <= 1e-3
+    for o in outs[1:]:
+        assert np.array_equal(o[0], outs[0][0]) and np.array_equal(o[1][1], outs[0][1][1])
+    x[3, 1, 2] = np.nan
+    out, (h, c) = m(x, lengths=lengths)
+    assert np.isnan(out[3:4, 1]).all() and np.isfinite(out[:, 0]).all()
+
+
+@pytest.mark.parametrize("I,H,T,B", [(1, 5, 7, 3), (33, 17, 9, 1), (257, 33, 13, 2), (64, 16, 6, 20)])
+def test_float16_awkward_sizes(isa, I, H, T, B):
+    rng = np.random.default_rng(I + H + 1)
+    sd = _kokoro_sd(rng, I, H)
+    m = kl.LSTM.from_state_dict(sd, dtype="float16")
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    ref, (rh, rc) = reference.lstm(x, sd, num_layers=1, bidirectional=True)
+    out, (h, c) = m(x)
+    assert np.abs(out - ref).max() <= 2e-3 and np.abs(c - rc).max() <= 2e-3
+
+
+def test_float16_weights_beyond_half_range():
+    """Weights beyond +-65504 become +-inf in half: the result is NaN/inf, not a
+    silently wrong finite number."""
+    m = kl.LSTM(3, 4, dtype="float16")
+    sd = m.state_dict()
+    sd["weight_hh_l0"][0, 0] = 1e6
+    m2 = kl.LSTM.from_state_dict(sd, dtype="float16")
+    out, _ = m2(np.ones((3, 1, 3), np.float32))
+    assert not np.isfinite(out[1:]).all()
+
+
+def test_float16_lstm_forward_and_dtype_errors():
+    rng = np.random.default_rng(17)
+    T, B, I, H = 6, 2, 5, 9
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    w_ih = rng.uniform(-0.3, 0.3, (4 * H, I)).astype(np.float32)
+    w_hh = rng.uniform(-0.3, 0.3, (4 * H, H)).astype(np.float32)
+    y, h, c = kl.lstm_forward(x, w_ih, w_hh, dtype="float16")
+    y32, _, _ = kl.lstm_forward(x, w_ih, w_hh, dtype="float32")
+    assert y.dtype == np.float32 and 0 < np.abs(y - y32).max() <= 1e-3
+    with pytest.raises(ValueError, match="float16"):
+        kl.LSTM(3, 4, dtype="half")
 
 
 def test_version_and_cli(capsys):

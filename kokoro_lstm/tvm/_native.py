@@ -43,7 +43,7 @@ Config = namedtuple("Config", ["abi", "num_layers", "num_directions", "has_lengt
                                "batch_first", "proj_size", "has_bias", "constant_weights",
                                "dtype", "num_threads", "reverse"])
 #: Config.dtype codes
-DTYPE_CODES = {"float32": 0, "float64": 1, "bfloat16": 2}
+DTYPE_CODES = {"float32": 0, "float64": 1, "bfloat16": 2, "float16": 3}
 
 __all__ = ["FUNC_NAME", "ABI_VERSION", "Config", "DTYPE_CODES", "register", "is_registered",
            "available", "clear_cache", "cache_info"]

@@ -1,6 +1,9 @@
 /* CPU feature detection and kernel dispatch, decided once.
- * KOKORO_LSTM_ISA=scalar|avx2|avx512 (x86-64) or scalar|neon|neon-bf16 (aarch64)
- * caps the ISA (tests run every path); a name this CPU lacks is ignored.
+ * Kernels come from the lists in src/kernels/<op>.inc (best first); an ISA level
+ * (kl_isa) allows a set of CPU features (KL_ARCH_*) and the dispatch takes the
+ * first entry of a list whose features the active level allows.
+ * KOKORO_LSTM_ISA=scalar|avx2|avx512|avx512-bf16 (x86-64) or scalar|neon|neon-bf16
+ * (aarch64) caps the level (tests run every path); a name this CPU lacks is ignored.
  * KL_FORCE_PORTABLE builds the non-Linux paths on Linux (no getauxval). */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,6 +12,9 @@
 
 #include "internal.h"
 
+#if defined(KL_HAVE_X86)
+#include <cpuid.h>
+#endif
 #if defined(KL_HAVE_NEON) && defined(__linux__) && !defined(KL_FORCE_PORTABLE)
 #include <sys/auxv.h>
 #define KL_HWCAP_ASIMD (1ul << 1) /* asm/hwcap.h: HWCAP_ASIMD */
@@ -16,43 +22,75 @@
 #endif
 
 static kl_isa g_detected = KL_ISA_SCALAR;
-static unsigned g_supported = 1u << KL_ISA_SCALAR; /* bit per kl_isa */
+static unsigned g_arch = 0; /* KL_ARCH_* of this CPU */
 static atomic_int g_active = KL_ISA_SCALAR;
-static int g_bf16 = 0;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void support(kl_isa isa) {
-  g_supported |= 1u << isa;
-  g_detected = isa; /* callers go from the lowest ISA up */
+/* What each ISA level allows (kernels needing other features are skipped) and
+ * what it needs to be supported at all. */
+static unsigned level_allows(kl_isa isa) {
+  switch (isa) {
+    case KL_ISA_SCALAR: return 0;
+    case KL_ISA_AVX2: return KL_ARCH_AVX2FMA | KL_ARCH_F16C;
+    case KL_ISA_AVX512: return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F;
+    case KL_ISA_AVX512_BF16:
+      return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16;
+    case KL_ISA_NEON: return KL_ARCH_NEON;
+    case KL_ISA_NEON_BF16: return KL_ARCH_NEON | KL_ARCH_NEON_BF16;
+  }
+  return 0;
+}
+static unsigned level_needs(kl_isa isa) { return level_allows(isa) & ~KL_ARCH_F16C; }
+
+static int popcount(unsigned v) {
+  int n = 0;
+  for (; v; v &= v - 1) n++;
+  return n;
+}
+
+static int supported(kl_isa isa) {
+#if !defined(KL_HAVE_X86)
+  if (isa == KL_ISA_AVX2 || isa == KL_ISA_AVX512 || isa == KL_ISA_AVX512_BF16) return 0;
+#endif
+#if !defined(KL_HAVE_NEON)
+  if (isa == KL_ISA_NEON || isa == KL_ISA_NEON_BF16) return 0;
+#endif
+  return (g_arch & level_needs(isa)) == level_needs(isa);
 }
 
 static void detect(void) {
 #if defined(KL_HAVE_X86)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    support(KL_ISA_AVX2);
+    g_arch |= KL_ARCH_AVX2FMA;
+    unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c") */
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u)) g_arch |= KL_ARCH_F16C;
     if (__builtin_cpu_supports("avx512f")) {
-      support(KL_ISA_AVX512);
-      g_bf16 = __builtin_cpu_supports("avx512bf16") != 0;
+      g_arch |= KL_ARCH_AVX512F;
+      if (__builtin_cpu_supports("avx512bf16")) g_arch |= KL_ARCH_AVX512BF16;
     }
   }
 #elif defined(KL_HAVE_NEON)
 #if defined(__linux__) && !defined(KL_FORCE_PORTABLE)
   const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
   if (hw & KL_HWCAP_ASIMD) {
-    support(KL_ISA_NEON);
-    if (hw2 & KL_HWCAP2_BF16) support(KL_ISA_NEON_BF16);
+    g_arch |= KL_ARCH_NEON;
+    if (hw2 & KL_HWCAP2_BF16) g_arch |= KL_ARCH_NEON_BF16;
   }
 #else
   /* Advanced SIMD is part of every AArch64 CPU; BF16 is not probed off Linux. */
-  support(KL_ISA_NEON);
+  g_arch |= KL_ARCH_NEON;
 #endif
 #endif
+  /* the best level: the supported one that allows the most */
+  for (int i = 0; i < KL_ISA_COUNT; i++)
+    if (supported((kl_isa)i) && popcount(level_allows((kl_isa)i)) > popcount(level_allows(g_detected)))
+      g_detected = (kl_isa)i;
   kl_isa active = g_detected;
   const char* env = getenv("KOKORO_LSTM_ISA");
   if (env && *env) {
     for (int i = 0; i < KL_ISA_COUNT; i++)
-      if (strcmp(env, kl_isa_name((kl_isa)i)) == 0 && (g_supported >> i & 1u)) active = (kl_isa)i;
+      if (strcmp(env, kl_isa_name((kl_isa)i)) == 0 && supported((kl_isa)i)) active = (kl_isa)i;
   }
   atomic_store(&g_active, (int)active);
 }
@@ -64,6 +102,7 @@ const char* kl_isa_name(kl_isa isa) {
     case KL_ISA_AVX512: return "avx512";
     case KL_ISA_NEON: return "neon";
     case KL_ISA_NEON_BF16: return "neon-bf16";
+    case KL_ISA_AVX512_BF16: return "avx512-bf16";
   }
   return "unknown";
 }
@@ -75,7 +114,7 @@ kl_isa kl_isa_detected(void) {
 
 int kl_isa_supported(kl_isa isa) {
   pthread_once(&g_once, detect);
-  return (int)isa >= 0 && (int)isa < KL_ISA_COUNT && (g_supported >> (int)isa & 1u);
+  return (int)isa >= 0 && (int)isa < KL_ISA_COUNT && supported(isa);
 }
 
 kl_isa kl_isa_active(void) {
@@ -89,112 +128,88 @@ kl_status kl_isa_set(kl_isa isa) {
   return KL_OK;
 }
 
-int kl_cpu_has_avx512bf16(void) {
+unsigned kl_arch_detected(void) {
   pthread_once(&g_once, detect);
-  return g_bf16;
+  return g_arch;
+}
+
+unsigned kl_arch_active(void) { return kl_arch_detected() & level_allows(kl_isa_active()); }
+
+int kl_cpu_has_avx512bf16(void) { return (kl_arch_active() & KL_ARCH_AVX512BF16) != 0; }
+
+/* ---- the kernel lists as tables ---- */
+#define KL_KERNEL(arch, wt, isa, fn) {arch, wt, #isa, #fn, fn},
+const kl_lstmcell_entry kl_lstmcell_list[] = {
+#include "lstmcell.inc"
+};
+const kl_lstmproj_entry kl_lstmproj_list[] = {
+#include "lstmproj.inc"
+};
+const kl_vunary_entry kl_vsigmoid_list[] = {
+#include "f32-vsigmoid.inc"
+};
+const kl_vunary_entry kl_vtanh_list[] = {
+#include "f32-vtanh.inc"
+};
+const kl_rsum_entry kl_rsum_list[] = {
+#include "f32-rsum.inc"
+};
+const kl_fp_entry kl_fp_list[] = {
+#include "u64-fingerprint.inc"
+};
+#undef KL_KERNEL
+#define KL_GEMM(arch, wt, isa, gemm, pack) {arch, wt, #isa, #gemm, gemm, pack},
+const kl_gemm_entry kl_gemm_list[] = {
+#include "bf16-gemm.inc"
+    {0, KL_W_F32, NULL, NULL, NULL, NULL} /* end (the list may be empty) */
+};
+#undef KL_GEMM
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+const size_t kl_lstmcell_count = COUNT(kl_lstmcell_list);
+const size_t kl_lstmproj_count = COUNT(kl_lstmproj_list);
+const size_t kl_vsigmoid_count = COUNT(kl_vsigmoid_list);
+const size_t kl_vtanh_count = COUNT(kl_vtanh_list);
+const size_t kl_rsum_count = COUNT(kl_rsum_list);
+const size_t kl_fp_count = COUNT(kl_fp_list);
+const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
+
+/* The first entry of a list for type wt whose features the active level allows
+ * (NULL if none: lists end with a scalar entry per type, except the GEMM's). */
+#define FIRST(list, count, wt_, arch_, field)                                                \
+  do {                                                                                       \
+    for (size_t i_ = 0; i_ < (count); i_++)                                                  \
+      if ((list)[i_].wt == (wt_) && ((list)[i_].arch & ~(arch_)) == 0) return (list)[i_].field; \
+    return NULL;                                                                             \
+  } while (0)
+
+static kl_lstmcell_ukernel_fn first_cell(kl_wtype wt, unsigned arch) {
+  FIRST(kl_lstmcell_list, kl_lstmcell_count, wt, arch, fn);
+}
+static kl_lstmproj_ukernel_fn first_proj(kl_wtype wt, unsigned arch) {
+  FIRST(kl_lstmproj_list, kl_lstmproj_count, wt, arch, fn);
+}
+static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
+  for (size_t i = 0; i < kl_gemm_count; i++)
+    if (kl_gemm_list[i].wt == wt && (kl_gemm_list[i].arch & ~arch) == 0) return &kl_gemm_list[i];
+  return NULL;
 }
 
 kl_kernels kl_select_kernels(kl_wtype wt) {
-  const kl_isa isa = kl_isa_active();
-  (void)isa; /* unused where no SIMD kernels are built */
-  kl_kernels k = {NULL, NULL, NULL, NULL};
-  switch (wt) {
-    case KL_W_F64:
-      k.cell = kl_f64_lstmcell_ukernel__scalar;
-      k.proj = kl_f64_lstmproj_ukernel__scalar;
-      return k;
-    case KL_W_BF16:
-      k.cell = kl_bf16_lstmcell_ukernel__scalar;
-      k.proj = kl_bf16_lstmproj_ukernel__scalar;
-#if defined(KL_HAVE_X86)
-      if (isa == KL_ISA_AVX512) {
-        k.cell = g_bf16 ? kl_bf16_lstmcell_ukernel__avx512bf16 : kl_bf16_lstmcell_ukernel__avx512f;
-        k.proj = kl_bf16_lstmproj_ukernel__avx512f;
-        if (g_bf16) {
-          k.gemm = kl_bf16_gemm_ukernel__avx512bf16;
-          k.to_bf16 = kl_f32_to_bf16_pairs__avx512bf16;
-        }
-      }
-#elif defined(KL_HAVE_NEON)
-      if (isa == KL_ISA_NEON || isa == KL_ISA_NEON_BF16) {
-        k.cell = isa == KL_ISA_NEON_BF16 ? kl_bf16_lstmcell_ukernel__neonbf16
-                                         : kl_bf16_lstmcell_ukernel__neon;
-        k.proj = kl_bf16_lstmproj_ukernel__neon;
-      }
-#endif
-      return k;
-    case KL_W_F32:
-    default:
-      k.cell = kl_f32_lstmcell_ukernel__scalar;
-      k.proj = kl_f32_lstmproj_ukernel__scalar;
-#if defined(KL_HAVE_X86)
-      if (isa == KL_ISA_AVX2) {
-        k.cell = kl_f32_lstmcell_ukernel__avx2fma;
-        k.proj = kl_f32_lstmproj_ukernel__avx2fma;
-      } else if (isa == KL_ISA_AVX512) {
-        k.cell = kl_f32_lstmcell_ukernel__avx512f;
-        k.proj = kl_f32_lstmproj_ukernel__avx512f;
-      }
-#elif defined(KL_HAVE_NEON)
-      if (isa == KL_ISA_NEON || isa == KL_ISA_NEON_BF16) {
-        k.cell = kl_f32_lstmcell_ukernel__neon;
-        k.proj = kl_f32_lstmproj_ukernel__neon;
-      }
-#endif
-      return k;
-  }
+  const unsigned arch = kl_arch_active();
+  const kl_gemm_entry* g = first_gemm(wt, arch);
+  const kl_kernels k = {first_cell(wt, arch), first_proj(wt, arch), g ? g->gemm : NULL,
+                        g ? g->pack : NULL};
+  return k;
 }
 
-kl_f32_vunary_fn kl_select_vsigmoid(void) {
-  switch (kl_isa_active()) {
-#if defined(KL_HAVE_X86)
-    case KL_ISA_AVX512: return kl_f32_vsigmoid__avx512f;
-    case KL_ISA_AVX2: return kl_f32_vsigmoid__avx2fma;
-#elif defined(KL_HAVE_NEON)
-    case KL_ISA_NEON:
-    case KL_ISA_NEON_BF16: return kl_f32_vsigmoid__neon;
-#endif
-    default: break;
-  }
-  return kl_f32_vsigmoid__scalar;
+static kl_f32_vunary_fn first_vunary(const kl_vunary_entry* list, size_t count) {
+  FIRST(list, count, KL_W_F32, kl_arch_active(), fn);
 }
+kl_f32_vunary_fn kl_select_vsigmoid(void) { return first_vunary(kl_vsigmoid_list, kl_vsigmoid_count); }
+kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_vtanh_list, kl_vtanh_count); }
+kl_f32_rsum_fn kl_select_rsum(void) { FIRST(kl_rsum_list, kl_rsum_count, KL_W_F32, kl_arch_active(), fn); }
 
-kl_f32_vunary_fn kl_select_vtanh(void) {
-  switch (kl_isa_active()) {
-#if defined(KL_HAVE_X86)
-    case KL_ISA_AVX512: return kl_f32_vtanh__avx512f;
-    case KL_ISA_AVX2: return kl_f32_vtanh__avx2fma;
-#elif defined(KL_HAVE_NEON)
-    case KL_ISA_NEON:
-    case KL_ISA_NEON_BF16: return kl_f32_vtanh__neon;
-#endif
-    default: break;
-  }
-  return kl_f32_vtanh__scalar;
-}
-
-kl_f32_rsum_fn kl_select_rsum(void) {
-  switch (kl_isa_active()) {
-#if defined(KL_HAVE_X86)
-    case KL_ISA_AVX512: return kl_f32_rsum__avx512f;
-    case KL_ISA_AVX2: return kl_f32_rsum__avx2fma;
-#elif defined(KL_HAVE_NEON)
-    case KL_ISA_NEON:
-    case KL_ISA_NEON_BF16: return kl_f32_rsum__neon;
-#endif
-    default: break;
-  }
-  return kl_f32_rsum__scalar;
-}
-
-kl_fp_ukernel_fn kl_select_fp(void) {
-#ifdef KL_HAVE_X86
-  const kl_isa isa = kl_isa_active();
-  if (isa == KL_ISA_AVX512) return kl_u64_fingerprint__avx512f;
-  if (isa == KL_ISA_AVX2) return kl_u64_fingerprint__avx2fma;
-#endif
-  return kl_u64_fingerprint__scalar;
-}
+kl_fp_ukernel_fn kl_select_fp(void) { FIRST(kl_fp_list, kl_fp_count, KL_W_F32, kl_arch_active(), fn); }
 
 void kl_f32_activation(int kind, size_t n, const float* x, float* y) {
   (kind == 0 ? kl_select_vsigmoid() : kl_select_vtanh())(n, x, y);

@@ -114,7 +114,7 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
     return fail("bidirectional must be 0 or 1, got %d", a->bidirectional);
   if (a->reverse && a->bidirectional) return fail("reverse is only for a unidirectional LSTM");
   if (a->has_bias != 0 && a->has_bias != 1) return fail("has_bias must be 0 or 1");
-  if (a->dtype < KL_F32 || a->dtype > KL_BF16) return fail("unknown dtype %d", (int)a->dtype);
+  if (a->dtype < KL_F32 || a->dtype > KL_F16) return fail("unknown dtype %d", (int)a->dtype);
   if (a->num_threads < 0) return fail("num_threads must be >= 1 (or 0 for the default), got %d", a->num_threads);
   if (a->proj_size < 0) return fail("proj_size must be >= 0, got %d", a->proj_size);
   const int L = a->num_layers, D = a->bidirectional ? 2 : 1, P = a->proj_size;

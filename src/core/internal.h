@@ -57,7 +57,7 @@ typedef struct kl_kernels {
 } kl_kernels;
 
 /* Weight types of the packed recurrent panels. */
-typedef enum kl_wtype { KL_W_F32 = 0, KL_W_F64 = 1, KL_W_BF16 = 2 } kl_wtype;
+typedef enum kl_wtype { KL_W_F32 = 0, KL_W_F64 = 1, KL_W_BF16 = 2, KL_W_F16 = 3 } kl_wtype;
 
 /* Picks the kernels for a weight type under the active ISA. */
 kl_kernels kl_select_kernels(kl_wtype wt);
@@ -104,11 +104,6 @@ kl_status kl_fingerprint(const kl_region* regions, int n, int nth, kl_fp128* res
 /* The fingerprint kernel: folds n bytes (n % 32 == 0) into acc[8]. */
 typedef void (*kl_fp_ukernel_fn)(const void* p, size_t n, uint64_t* acc);
 kl_fp_ukernel_fn kl_select_fp(void);
-void kl_u64_fingerprint__scalar(const void*, size_t, uint64_t*);
-#if defined(__x86_64__) || defined(_M_X64)
-void kl_u64_fingerprint__avx2fma(const void*, size_t, uint64_t*);
-void kl_u64_fingerprint__avx512f(const void*, size_t, uint64_t*);
-#endif
 
 /* ---- thread pool (threadpool.c) ---- */
 typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
@@ -128,42 +123,79 @@ typedef struct kl_barrier {
 void kl_barrier_init(kl_barrier* b, int n);
 void kl_barrier_wait(kl_barrier* b);
 
-/* ---- kernels ---- */
-#define KL_DECLARE_ISA(isa)                                                                  \
-  void kl_f32_lstmcell_ukernel__##isa(size_t, size_t, size_t, size_t, const void*,           \
-                                      const void*, size_t, const kl_cell_row*);              \
-  void kl_f32_lstmproj_ukernel__##isa(size_t, size_t, size_t, const void*, size_t,           \
-                                      const void* const*, void* const*);                     \
-  void kl_bf16_lstmcell_ukernel__##isa(size_t, size_t, size_t, size_t, const void*,          \
-                                       const void*, size_t, const kl_cell_row*);             \
-  void kl_bf16_lstmproj_ukernel__##isa(size_t, size_t, size_t, const void*, size_t,          \
-                                       const void* const*, void* const*);                    \
-  void kl_f32_vsigmoid__##isa(size_t, const float*, float*);                                 \
-  void kl_f32_vtanh__##isa(size_t, const float*, float*);                                    \
-  float kl_f32_rsum__##isa(size_t, const float*);
-
-KL_DECLARE_ISA(scalar)
+/* ---- kernels: declared by their lists (src/kernels/<op>.inc) ---- */
 #if defined(__x86_64__) || defined(_M_X64)
 #define KL_HAVE_X86 1
-KL_DECLARE_ISA(avx2fma)
-KL_DECLARE_ISA(avx512f)
-void kl_bf16_lstmcell_ukernel__avx512bf16(size_t, size_t, size_t, size_t, const void*,
-                                          const void*, size_t, const kl_cell_row*);
-void kl_bf16_gemm_ukernel__avx512bf16(size_t, size_t, size_t, const uint32_t*, const uint16_t*,
-                                      float*, size_t);
-void kl_f32_to_bf16_pairs__avx512bf16(size_t, size_t, const float*, size_t, uint32_t*);
 #elif defined(__aarch64__) || defined(_M_ARM64)
 #define KL_HAVE_NEON 1
-/* NEON: float32 and widening bfloat16 kernels (-neon.c); the BFDOT cell (-neonbf16.c). */
-KL_DECLARE_ISA(neon)
-void kl_bf16_lstmcell_ukernel__neonbf16(size_t, size_t, size_t, size_t, const void*,
-                                        const void*, size_t, const kl_cell_row*);
 #endif
 
-void kl_f64_lstmcell_ukernel__scalar(size_t, size_t, size_t, size_t, const void*, const void*,
-                                     size_t, const kl_cell_row*);
-void kl_f64_lstmproj_ukernel__scalar(size_t, size_t, size_t, const void*, size_t,
-                                     const void* const*, void* const*);
+/* CPU features a kernel needs: the first argument of each list line. cpu.c
+ * detects them once; an ISA level (kl_isa) allows a subset of them. */
+#define KL_ARCH_AVX2FMA 0x01u    /* AVX2 + FMA */
+#define KL_ARCH_F16C 0x02u       /* half <-> float conversion (vcvtph2ps) */
+#define KL_ARCH_AVX512F 0x04u
+#define KL_ARCH_AVX512BF16 0x08u /* AVX512_BF16 (vdpbf16ps) */
+#define KL_ARCH_NEON 0x10u       /* AArch64 Advanced SIMD (FCVTL half conversion included) */
+#define KL_ARCH_NEON_BF16 0x20u  /* FEAT_BF16 (BFDOT) */
+unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
+unsigned kl_arch_active(void);   /* those the active ISA level allows */
+
+#define KL_KERNEL(arch, wt, isa, fn) \
+  void fn(size_t, size_t, size_t, size_t, const void*, const void*, size_t, const kl_cell_row*);
+#include "lstmcell.inc"
+#undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) \
+  void fn(size_t, size_t, size_t, const void*, size_t, const void* const*, void* const*);
+#include "lstmproj.inc"
+#undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, float*);
+#include "f32-vsigmoid.inc"
+#include "f32-vtanh.inc"
+#undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) float fn(size_t, const float*);
+#include "f32-rsum.inc"
+#undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) void fn(const void*, size_t, uint64_t*);
+#include "u64-fingerprint.inc"
+#undef KL_KERNEL
+#define KL_GEMM(arch, wt, isa, gemm, pack)                                                  \
+  void gemm(size_t, size_t, size_t, const uint32_t*, const uint16_t*, float*, size_t);      \
+  void pack(size_t, size_t, const float*, size_t, uint32_t*);
+#include "bf16-gemm.inc"
+#undef KL_GEMM
+
+/* The lists as tables (cpu.c), in list order, for the dispatch, the tests and
+ * the benchmarks. */
+#define KL_KERNEL_ENTRY(fn_type)                                                           \
+  struct {                                                                                 \
+    unsigned arch;    /* KL_ARCH_* it needs */                                             \
+    kl_wtype wt;      /* the weight (or data) type it serves */                            \
+    const char* isa;  /* its file suffix: avx512f, neon, scalar, ... */                    \
+    const char* name; /* the function's name */                                            \
+    fn_type fn;                                                                            \
+  }
+typedef KL_KERNEL_ENTRY(kl_lstmcell_ukernel_fn) kl_lstmcell_entry;
+typedef KL_KERNEL_ENTRY(kl_lstmproj_ukernel_fn) kl_lstmproj_entry;
+typedef KL_KERNEL_ENTRY(kl_f32_vunary_fn) kl_vunary_entry;
+typedef KL_KERNEL_ENTRY(kl_f32_rsum_fn) kl_rsum_entry;
+typedef KL_KERNEL_ENTRY(kl_fp_ukernel_fn) kl_fp_entry;
+typedef struct kl_gemm_entry {
+  unsigned arch;
+  kl_wtype wt;
+  const char* isa;
+  const char* name;
+  kl_bf16_gemm_ukernel_fn gemm;
+  kl_f32_to_bf16_pairs_fn pack;
+} kl_gemm_entry;
+extern const kl_lstmcell_entry kl_lstmcell_list[];
+extern const kl_lstmproj_entry kl_lstmproj_list[];
+extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[];
+extern const kl_rsum_entry kl_rsum_list[];
+extern const kl_fp_entry kl_fp_list[];
+extern const kl_gemm_entry kl_gemm_list[];
+extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count,
+    kl_rsum_count, kl_fp_count, kl_gemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {
@@ -174,6 +206,41 @@ static inline uint16_t kl_f32_to_bf16(float f) {
 }
 static inline float kl_bf16_to_f32(uint16_t h) {
   union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+  return v.f;
+}
+
+/* IEEE half helpers, portable (the SIMD kernels convert with vcvtph2ps / FCVTL,
+ * which give the same floats). float -> half rounds to nearest even; beyond
+ * the half range (|x| >= 65520) gives +-inf, NaN a quiet NaN; below 2^-14 it
+ * rounds to a subnormal half (F. Giesen's float_to_half_fast3_rtne). */
+static inline uint16_t kl_f32_to_f16(float f) {
+  union { float f; uint32_t u; } v = {f}, magic = {0.5f}; /* 0.5f: (127 - 1) << 23 */
+  const uint32_t sign = v.u & 0x80000000u;
+  uint32_t o;
+  v.u ^= sign;
+  if (v.u >= (127u + 16u) << 23) { /* >= 65536, inf or NaN */
+    o = v.u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  } else if (v.u < 113u << 23) { /* below 2^-14: a subnormal half or zero */
+    v.f += magic.f;
+    o = v.u - magic.u;
+  } else {
+    const uint32_t mant_odd = (v.u >> 13) & 1u;
+    v.u += 0xc8000fffu + mant_odd; /* ((15 - 127) << 23) + 0xfff, mod 2^32 */
+    o = v.u >> 13;
+  }
+  return (uint16_t)(o | (sign >> 16));
+}
+static inline float kl_f16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  union { uint32_t u; float f; } v;
+  if (e == 0x1fu) {
+    v.u = sign | 0x7f800000u | (m << 13);
+  } else if (e == 0) { /* zero or subnormal: m * 2^-24, exact */
+    v.f = (float)m * 5.9604644775390625e-8f;
+    v.u |= sign;
+  } else {
+    v.u = sign | ((e + 112u) << 23) | (m << 13);
+  }
   return v.f;
 }
 

@@ -12,8 +12,8 @@
  *   W_ih  [D*4*Hp, I] io type, row d*4*Hp + g*Hp + u (zero rows for u >= H);
  *         not held at all when borrowed (kl_lstm_pack): the GEMM then reads the
  *         caller's W_ih in place on every run, gate block by gate block
- *   W_hh  f32/f64: [(blk*R + k)*64 + g*16 + lane];  bf16: see bf16-lstmcell-scalar.c
- *   W_hr  f32/f64: [(blk*H + j)*16 + lane];         bf16: see bf16-lstmcell-scalar.c
+ *   W_hh  f32/f64/f16: [(blk*R + k)*64 + g*16 + lane];  bf16: see bf16-lstmcell-scalar.c
+ *   W_hr  f32/f64/f16: [(blk*H + j)*16 + lane];         bf16: see bf16-lstmcell-scalar.c
  *   bias  [4*Hp] = b_ih + b_hh
  *   W_ih as bfloat16 (dtype bfloat16 with AVX512_BF16): 64-column panels, see
  *         bf16-gemm-avx512bf16.c; the layer input is rounded to bfloat16 pairs per run
@@ -91,6 +91,7 @@ static void pack_one(void* dst, size_t di, kl_wtype wt, const void* src, size_t 
   switch (wt) {
     case KL_W_F64: ((double*)dst)[di] = ((const double*)src)[si]; break;
     case KL_W_BF16: ((uint16_t*)dst)[di] = kl_f32_to_bf16(((const float*)src)[si]); break;
+    case KL_W_F16: ((uint16_t*)dst)[di] = kl_f32_to_f16(((const float*)src)[si]); break;
     default: ((float*)dst)[di] = ((const float*)src)[si]; break;
   }
 }
@@ -169,12 +170,12 @@ void kl_lstm_free(kl_lstm* m) {
 static int desc_ok(const kl_lstm_desc* desc) {
   return desc->input_size >= 1 && desc->hidden_size >= 1 && desc->num_layers >= 1 &&
          (desc->bidirectional == 0 || desc->bidirectional == 1) && desc->proj_size >= 0 &&
-         desc->proj_size < desc->hidden_size && desc->dtype >= KL_F32 && desc->dtype <= KL_BF16 &&
+         desc->proj_size < desc->hidden_size && desc->dtype >= KL_F32 && desc->dtype <= KL_F16 &&
          !(desc->reverse && desc->bidirectional);
 }
 
 static kl_wtype weight_type(kl_dtype dt) {
-  return dt == KL_F64 ? KL_W_F64 : dt == KL_BF16 ? KL_W_BF16 : KL_W_F32;
+  return dt == KL_F64 ? KL_W_F64 : dt == KL_BF16 ? KL_W_BF16 : dt == KL_F16 ? KL_W_F16 : KL_W_F32;
 }
 
 int kl_lstm_can_borrow_wih(const kl_lstm_desc* desc) {
@@ -220,7 +221,7 @@ kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int bor
   m->Rs = kl_round_up(m->R, KL_NR);
   m->esz = kl_dtype_io_size(desc->dtype);
   m->wt = weight_type(desc->dtype);
-  m->wesz = m->wt == KL_W_F64 ? 8 : m->wt == KL_W_BF16 ? 2 : 4;
+  m->wesz = m->wt == KL_W_F64 ? 8 : (m->wt == KL_W_BF16 || m->wt == KL_W_F16) ? 2 : 4;
   m->k = kl_select_kernels(m->wt);
   m->borrowed = borrow_wih && m->k.gemm == NULL;
   m->layers = calloc((size_t)desc->num_layers, sizeof(kl_layer));

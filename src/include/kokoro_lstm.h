@@ -36,9 +36,10 @@ typedef enum kl_status {
 
 const char* kl_status_str(kl_status s);
 
-/* Storage / compute types. KL_BF16 stores the recurrent weights in bfloat16
- * and computes in float32 (inputs, outputs and states are float32). */
-typedef enum kl_dtype { KL_F32 = 0, KL_F64 = 1, KL_BF16 = 2 } kl_dtype;
+/* Storage / compute types. KL_BF16 stores the recurrent weights in bfloat16,
+ * KL_F16 in IEEE half (float16); both compute in float32 (inputs, outputs,
+ * states and accumulation are float32; the caller passes float32 weights). */
+typedef enum kl_dtype { KL_F32 = 0, KL_F64 = 1, KL_BF16 = 2, KL_F16 = 3 } kl_dtype;
 
 /* Size in bytes of one element of the input/output/state arrays. */
 size_t kl_dtype_io_size(kl_dtype dt);
@@ -138,7 +139,7 @@ typedef struct kl_forward_args {
   int proj_size;        /* 0 or P */
   int batch_first;      /* x and y are [B, T, ...] */
   int constant_weights; /* see above */
-  kl_dtype dtype;       /* KL_F32, KL_F64, or KL_BF16 (float32 tensors, bf16 weights) */
+  kl_dtype dtype;       /* KL_F32, KL_F64, KL_BF16 or KL_F16 (float32 tensors, bf16/f16 weights) */
   int num_threads;      /* >= 1, or 0 for kl_get_num_threads() */
   const DLTensor* x;
   const DLTensor* lengths;
@@ -183,16 +184,19 @@ void kl_set_num_threads(int n);
 int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size);
 
 /* ---- CPU dispatch ------------------------------------------------------ */
-/* x86-64: scalar < avx2 < avx512; aarch64: scalar < neon < neon-bf16. Only the
- * current architecture's names are ever supported (kl_isa_supported). */
+/* x86-64: scalar < avx2 < avx512 < avx512-bf16; aarch64: scalar < neon < neon-bf16.
+ * Each level allows the kernels of the levels below it; avx512 is AVX-512F without
+ * the AVX512_BF16 kernels. Only the current architecture's names are ever
+ * supported (kl_isa_supported). */
 typedef enum kl_isa {
   KL_ISA_SCALAR = 0,
   KL_ISA_AVX2 = 1,
   KL_ISA_AVX512 = 2,
   KL_ISA_NEON = 3,
   KL_ISA_NEON_BF16 = 4, /* NEON + BFDOT (FEAT_BF16) */
+  KL_ISA_AVX512_BF16 = 5, /* AVX-512F + AVX512_BF16 (vdpbf16ps) */
 } kl_isa;
-#define KL_ISA_COUNT 5 /* names are kl_isa_name(0 .. KL_ISA_COUNT-1) */
+#define KL_ISA_COUNT 6 /* names are kl_isa_name(0 .. KL_ISA_COUNT-1) */
 
 kl_isa kl_isa_detected(void);  /* best ISA this CPU (and build) supports */
 int kl_isa_supported(kl_isa isa); /* 1 if kl_isa_set(isa) would succeed */
@@ -201,6 +205,7 @@ kl_isa kl_isa_active(void);    /* the ISA kernels run with */
  * Affects kl_lstm objects created afterwards. */
 kl_status kl_isa_set(kl_isa isa);
 const char* kl_isa_name(kl_isa isa);
+/* 1 if the active ISA level uses the AVX512_BF16 kernels (dtype bfloat16). */
 int kl_cpu_has_avx512bf16(void);
 
 /* Vector activations of the active ISA over n floats, for accuracy tests:

@@ -100,8 +100,10 @@ static int parse_dtype(const char* name, kl_dtype* dt) {
   if (strcmp(name, "float32") == 0) *dt = KL_F32;
   else if (strcmp(name, "float64") == 0) *dt = KL_F64;
   else if (strcmp(name, "bfloat16") == 0) *dt = KL_BF16;
+  else if (strcmp(name, "float16") == 0) *dt = KL_F16;
   else {
-    PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'float64' or 'bfloat16', got '%s'", name);
+    PyErr_Format(PyExc_ValueError,
+                 "dtype must be 'float32', 'float64', 'bfloat16' or 'float16', got '%s'", name);
     return 0;
   }
   return 1;
@@ -293,7 +295,7 @@ static int parse_isa(const char* name, kl_isa* isa) {
       *isa = (kl_isa)i;
       return 1;
     }
-  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, neon or neon-bf16)", name);
+  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, neon or neon-bf16)", name);
   return 0;
 }
 
@@ -411,7 +413,7 @@ static PyMethodDef module_methods[] = {
     {"bench_fingerprint", mod_bench_fingerprint, METH_VARARGS, "bench_fingerprint(nbytes, num_threads, reps): best seconds of the cache's staleness check."},
     {"bench_sgemm", mod_bench_sgemm, METH_VARARGS, "bench_sgemm(M, N, K, num_threads, reps): best seconds of the engine-style sgemm."},
     {"bench_stream", mod_bench_stream, METH_VARARGS, "bench_stream(nbytes, reps): best seconds to read a cached buffer once."},
-    {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2' or 'avx512' for engines built afterwards."},
+    {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2', 'avx512', 'avx512-bf16' (x86-64), 'neon' or 'neon-bf16' (aarch64) for engines built afterwards."},
     {"get_isa", mod_get_isa, METH_NOARGS, "The ISA new engines use."},
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
     {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},

@@ -9,11 +9,13 @@
  * Results must be bitwise identical for 1, 2 and 4 threads, bad arguments
  * must give KL_ERR_ARG.
  *
- * Each SIMD ISA's kernels are also compared with the scalar ones directly
- * (through internal.h): activations, the read-sum probe, the float32 and
- * bfloat16 cell and projection kernels, at odd sizes and with +-inf and NaN.
- * KOKORO_LSTM_ISA=name restricts the ISA loop to that ISA and checks that the
- * environment variable selected it.
+ * Every kernel of every kernel list (src/kernels/<op>.inc) that this CPU can
+ * run, whatever the ISA level, is also compared directly with the scalar kernel
+ * of its type (through internal.h): cells, projections, activations, the
+ * read-sum probe at odd sizes and with +-inf and NaN; low-precision GEMMs with a
+ * double product. Per ISA level, the dispatch must pick the first list entry the
+ * level allows. KOKORO_LSTM_ISA=name restricts the ISA loop to that ISA and
+ * checks that the environment variable selected it.
  *
  * Prints one line per check and finishes with "N passed, M failed"; exits
  * non-zero on any failure.
@@ -485,10 +487,12 @@ static double max_err(const double* a, const double* b, size_t n) {
 }
 
 static const char* dtype_name(kl_dtype dt) {
-  return dt == KL_F64 ? "float64" : dt == KL_BF16 ? "bfloat16" : "float32";
+  return dt == KL_F64 ? "float64" : dt == KL_BF16 ? "bfloat16" : dt == KL_F16 ? "float16" : "float32";
 }
 
-static double tolerance(kl_dtype dt) { return dt == KL_F64 ? 1e-12 : dt == KL_BF16 ? 1e-2 : 2e-6; }
+static double tolerance(kl_dtype dt) {
+  return dt == KL_F64 ? 1e-12 : dt == KL_BF16 ? 1e-2 : dt == KL_F16 ? 1e-3 : 2e-6;
+}
 
 /* The one entry on strided weights gives the packed object's exact results; the
  * cache serves the second call and repacks after a weight changes in place. */
@@ -855,123 +859,364 @@ static const float SPECIALS[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-30f, 
                                  -88.0f, 100.0f, -100.0f, 1e30f, -1e30f, 0.5f, -0.5f};
 #define NSPECIALS ((int)(sizeof(SPECIALS) / sizeof(SPECIALS[0])))
 
-static void test_kernels_vs_scalar(kl_isa isa) {
-  const char* name = kl_isa_name(isa);
-  char why[160] = "";
-  /* fingerprint: the same integers as the scalar kernel; one flipped bit anywhere changes it */
-  {
-    enum { NB = 64 * 37 };
-    unsigned char* buf = xcalloc(NB, 1);
-    for (size_t i = 0; i < NB; i++) buf[i] = (unsigned char)(urand(0, 256));
-    uint64_t as[8] = {0}, av[8] = {0};
-    kl_u64_fingerprint__scalar(buf, NB, as);
-    kl_select_fp()(buf, NB, av);
-    int ok = memcmp(as, av, sizeof(as)) == 0;
-    for (size_t bit = 0; bit < NB * 8 && ok; bit += 97) {
-      uint64_t a2[8] = {0};
-      buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-      kl_select_fp()(buf, NB, a2);
-      buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-      if (memcmp(a2, as, sizeof(as)) == 0) ok = 0;
-    }
-    check(ok, "[%s] fingerprint kernel == scalar, and every flipped bit tried changes it", name);
-    free(buf);
+/* A fingerprint kernel of the list: the same integers as the scalar kernel; one
+ * flipped bit anywhere changes them. */
+static void test_fp_kernel(const kl_fp_entry* e) {
+  enum { NB = 64 * 37 };
+  unsigned char* buf = xcalloc(NB, 1);
+  for (size_t i = 0; i < NB; i++) buf[i] = (unsigned char)(urand(0, 256));
+  uint64_t as[8] = {0}, av[8] = {0};
+  kl_u64_fingerprint__scalar(buf, NB, as);
+  e->fn(buf, NB, av);
+  int ok = memcmp(as, av, sizeof(as)) == 0;
+  for (size_t bit = 0; bit < NB * 8 && ok; bit += 97) {
+    uint64_t a2[8] = {0};
+    buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    e->fn(buf, NB, a2);
+    buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    if (memcmp(a2, as, sizeof(as)) == 0) ok = 0;
   }
-  /* activations: odd lengths (vector tails), specials at every lane position */
-  {
-    enum { N = 67 };
-    float x[N], ys[N], yv[N];
-    int ok = 1;
-    for (int kind = 0; kind < 2 && ok; kind++) {
-      const kl_f32_vunary_fn fs = kind == 0 ? kl_f32_vsigmoid__scalar : kl_f32_vtanh__scalar;
-      const kl_f32_vunary_fn fv = kind == 0 ? kl_select_vsigmoid() : kl_select_vtanh();
-      for (size_t n = 1; n <= N && ok; n += n < 20 ? 1 : 23) {
-        for (size_t i = 0; i < n; i++)
-          x[i] = i % 3 == 0 ? SPECIALS[(i / 3 + n) % NSPECIALS] : (float)urand(-20.0, 20.0);
-        for (size_t i = 0; i < N; i++) ys[i] = yv[i] = 12345.0f;
-        fs(n, x, ys);
-        fv(n, x, yv);
-        ok = all_close(yv, ys, N, 2e-6, why, sizeof(why), kind == 0 ? "sigmoid" : "tanh");
-      }
-    }
-    check(ok, "[%s kernels] sigmoid/tanh vs scalar, n = 1..20, 43, 66 with +-inf, NaN, +-0, "
-          "+-1e30 (tol 2e-6, NaN for NaN, no write past n)%s", name, why);
+  check(ok, "[list %s] == scalar, and every flipped bit tried changes it", e->name);
+  free(buf);
+}
+
+/* ---- every kernel of every list vs the scalar kernel of its type ---------- */
+
+static const char* wtype_name(kl_wtype wt) {
+  switch (wt) {
+    case KL_W_F32: return "f32";
+    case KL_W_F64: return "f64";
+    case KL_W_BF16: return "bf16";
+    case KL_W_F16: return "f16";
   }
-  /* read-sum probe */
-  {
-    int ok = 1;
-    float x[301];
-    for (int i = 0; i < 301; i++) x[i] = (float)urand(0.0, 1.0);
-    for (size_t n = 0; n <= 301 && ok; n += 7) {
-      const float a = kl_select_rsum()(n, x), b = kl_f32_rsum__scalar(n, x);
-      if (!close_f(a, b, 1e-5)) {
-        ok = 0;
-        snprintf(why, sizeof(why), " (n=%zu: %.9g vs %.9g)", n, (double)a, (double)b);
-      }
-    }
-    x[100] = INFINITY;
-    ok = ok && isinf(kl_select_rsum()(301, x));
-    x[5] = NAN;
-    ok = ok && isnan(kl_select_rsum()(301, x));
-    check(ok, "[%s kernels] read-sum probe vs scalar, n = 0..301 step 7, inf and NaN%s", name, why);
+  return "?";
+}
+
+/* 1 if this CPU has what a list entry needs (else the entry is skipped). */
+static int cpu_has(unsigned arch, const char* name) {
+  if ((arch & ~kl_arch_detected()) == 0) return 1;
+  printf("SKIP [kernel %s] this CPU lacks its features (0x%x)\n", name, arch);
+  return 0;
+}
+
+/* Panel elements of nblk 16-unit blocks over R inputs (cell), and their size. */
+static size_t panel_elems(kl_wtype wt, size_t R, size_t nblk) {
+  return wt == KL_W_BF16 ? nblk * ((R + 1) / 2) * 128 : nblk * R * 64;
+}
+static size_t wsize(kl_wtype wt) { return wt == KL_W_F64 ? 8 : wt == KL_W_F32 ? 4 : 2; } /* bf16, f16: 2 */
+
+/* Random panel values in [-0.5, 0.5) stored in the weight type; the pad k of each
+ * bfloat16 pair is zero for odd R, as the core packs it. */
+static void* random_panel(kl_wtype wt, size_t R, size_t nblk) {
+  const size_t n = panel_elems(wt, R, nblk), npair = (R + 1) / 2;
+  void* w = aligned_alloc(64, (n * wsize(wt) + 63) / 64 * 64);
+  if (!w) exit(2);
+  for (size_t i = 0; i < n; i++) {
+    const float v = (float)urand(-0.5, 0.5);
+    if (wt == KL_W_BF16) ((uint16_t*)w)[i] = (wt == KL_W_BF16 && (R & 1) && (i & 1) &&
+                                              (i / 128) % npair == npair - 1) ? 0 : kl_f32_to_bf16(v);
+    else if (wt == KL_W_F16) ((uint16_t*)w)[i] = kl_f32_to_f16(v);
+    else if (wt == KL_W_F64) ((double*)w)[i] = v;
+    else ((float*)w)[i] = v;
   }
-  /* cell and projection kernels, float32 and bfloat16 panels */
-  const kl_kernels kf = kl_select_kernels(KL_W_F32), kb = kl_select_kernels(KL_W_BF16);
-  const size_t Rs[] = {1, 2, 3, 17, 33};
-  for (int bf = 0; bf < 2; bf++) {
-    const kl_kernels k = bf ? kb : kf;
-    const kl_lstmcell_ukernel_fn cell_s = bf ? kl_bf16_lstmcell_ukernel__scalar : kl_f32_lstmcell_ukernel__scalar;
-    const kl_lstmproj_ukernel_fn proj_s = bf ? kl_bf16_lstmproj_ukernel__scalar : kl_f32_lstmproj_ukernel__scalar;
-    /* BF16 instructions round h to bfloat16: looser than widening kernels */
-    const double tol = (bf && (isa == KL_ISA_NEON_BF16 || kl_cpu_has_avx512bf16())) ? 2e-2 : 2e-5;
-    int ok = 1;
-    why[0] = 0;
-    for (size_t ri = 0; ri < sizeof(Rs) / sizeof(Rs[0]) && ok; ri++)
-      for (int special = 0; special < 3 && ok; special++) { /* none, +-inf in h, NaN in h */
-        const size_t R = Rs[ri], nblk = 2, Hp = nblk * KL_NR, nb = 3;
-        const size_t npair = (R + 1) / 2, wn = bf ? nblk * npair * 128 : nblk * R * 64;
-        void* w = aligned_alloc(64, (wn * (bf ? 2 : 4) + 63) / 64 * 64);
-        if (!w) exit(2);
-        for (size_t i = 0; i < wn; i++) {
-          const float v = (float)urand(-0.5, 0.5);
-          if (bf) ((uint16_t*)w)[i] = kl_f32_to_bf16(v);
-          else ((float*)w)[i] = v;
-        }
-        if (bf && (R & 1)) /* the pad k of each pair is zero, as packed by the core */
-          for (size_t i = 0; i < wn; i += 2)
-            if ((i / 128) % npair == npair - 1) ((uint16_t*)w)[i + 1] = 0;
-        float bias[4 * 32], gx[3][4 * 32], h[3][40], c_s[3][32], c_v[3][32], o_s[3][32], o_v[3][32];
+  return w;
+}
+
+static const kl_lstmcell_entry* scalar_cell(kl_wtype wt) {
+  for (size_t i = 0; i < kl_lstmcell_count; i++)
+    if (kl_lstmcell_list[i].wt == wt && kl_lstmcell_list[i].arch == 0) return &kl_lstmcell_list[i];
+  return NULL;
+}
+static const kl_lstmproj_entry* scalar_proj(kl_wtype wt) {
+  for (size_t i = 0; i < kl_lstmproj_count; i++)
+    if (kl_lstmproj_list[i].wt == wt && kl_lstmproj_list[i].arch == 0) return &kl_lstmproj_list[i];
+  return NULL;
+}
+
+/* Kernels that round h to bfloat16 (BF16 dot-product instructions) are looser. */
+static double kernel_tol(kl_wtype wt, const char* isa) {
+  return wt == KL_W_BF16 && strstr(isa, "bf16") ? 2e-2 : 2e-5;
+}
+
+#define KNB 6 /* batch rows: 1, 3, 6 (a 4-row tile and its remainders) */
+#define KR 40 /* largest R */
+
+static void test_cell_kernel(const kl_lstmcell_entry* k) {
+  const kl_lstmcell_entry* ref = scalar_cell(k->wt);
+  char why[200] = "";
+  if (!ref) {
+    check(0, "[kernel %s] has a scalar kernel of its type to compare with", k->name);
+    return;
+  }
+  const double tol = kernel_tol(k->wt, k->isa);
+  const size_t Rs[] = {1, 2, 3, 17, 33, KR}, nbs[] = {1, 3, KNB};
+  int ok = 1;
+  for (size_t ri = 0; ri < sizeof(Rs) / sizeof(Rs[0]) && ok; ri++)
+    for (size_t ni = 0; ni < 3 && ok; ni++)
+      for (int special = 0; special < 4 && ok; special++) { /* none, +-inf in h, NaN in h, NaN/inf in gx and c */
+        const size_t R = Rs[ri], nblk = 2, Hp = nblk * KL_NR, nb = nbs[ni];
+        void* w = random_panel(k->wt, R, nblk);
+        float bias[4 * 32], gx[KNB][4 * 32], h[KNB][KR], c_s[KNB][32], c_v[KNB][32], o_s[KNB][32],
+            o_v[KNB][32];
         for (size_t i = 0; i < 4 * Hp; i++) bias[i] = (float)urand(-1.0, 1.0);
         for (size_t e = 0; e < nb; e++) {
           for (size_t i = 0; i < 4 * Hp; i++) gx[e][i] = (float)urand(-2.0, 2.0);
-          for (size_t i = 0; i < 40; i++) h[e][i] = (float)urand(-1.0, 1.0);
+          for (size_t i = 0; i < KR; i++) h[e][i] = (float)urand(-1.0, 1.0);
           for (size_t i = 0; i < Hp; i++) c_s[e][i] = c_v[e][i] = (float)urand(-1.0, 1.0);
+          for (size_t i = 0; i < Hp; i++) o_s[e][i] = o_v[e][i] = 12345.0f;
         }
-        if (special == 1) { h[0][R - 1] = INFINITY; h[2][R / 2] = -INFINITY; }
-        if (special == 2) h[1][R / 3] = NAN;
-        kl_cell_row rs[3], rv[3];
+        if (special == 1) { h[0][R - 1] = INFINITY; h[nb - 1][R / 2] = -INFINITY; }
+        if (special == 2) h[nb / 2][R / 3] = NAN;
+        if (special == 3) {
+          gx[0][5] = NAN;
+          gx[nb - 1][Hp + 17] = INFINITY; /* forget gate of unit 17 saturates */
+          c_s[nb - 1][17] = c_v[nb - 1][17] = -INFINITY;
+          gx[nb / 2][2 * Hp + 3] = -INFINITY;
+        }
+        kl_cell_row rs[KNB], rv[KNB];
         for (size_t e = 0; e < nb; e++) {
           rs[e] = (kl_cell_row){gx[e], h[e], c_s[e], o_s[e]};
           rv[e] = (kl_cell_row){gx[e], h[e], c_v[e], o_v[e]};
         }
-        cell_s(R, Hp, 0, nblk, w, bias, nb, rs);
-        k.cell(R, Hp, 0, nblk, w, bias, nb, rv);
+        ref->fn(R, Hp, 0, nblk, w, bias, nb, rs);
+        k->fn(R, Hp, 0, nblk, w, bias, nb, rv);
         for (size_t e = 0; e < nb && ok; e++)
           ok = all_close(c_v[e], c_s[e], Hp, tol, why, sizeof(why), "c") &&
                all_close(o_v[e], o_s[e], Hp, tol, why, sizeof(why), "h");
-        /* projection: H = R inputs, 2 blocks of 16 outputs */
-        const void* hin[3] = {h[0], h[1], h[2]};
-        void* ps[3] = {o_s[0], o_s[1], o_s[2]};
-        void* pv[3] = {o_v[0], o_v[1], o_v[2]};
-        proj_s(R, 0, nblk, w, nb, hin, ps);
-        k.proj(R, 0, nblk, w, nb, hin, pv);
-        for (size_t e = 0; e < nb && ok; e++) ok = all_close(o_v[e], o_s[e], Hp, tol, why, sizeof(why), "proj");
-        if (!ok) snprintf(why + strlen(why), sizeof(why) - strlen(why), " R=%zu special=%d", R, special);
+        if (!ok)
+          snprintf(why + strlen(why), sizeof(why) - strlen(why), " R=%zu nb=%zu special=%d", R, nb,
+                   special);
         free(w);
       }
-    check(ok, "[%s kernels] %s cell + projection vs scalar, R = 1, 2, 3, 17, 33, 3 rows, "
-          "+-inf / NaN in h (tol %.0e)%s", name, bf ? "bfloat16" : "float32", tol, why);
+  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6 rows, +-inf / NaN in h, "
+        "NaN / inf in gates and c (tol %.0e)%s", k->name, wtype_name(k->wt), ref->name, tol, why);
+}
+
+static void test_proj_kernel(const kl_lstmproj_entry* k) {
+  const kl_lstmproj_entry* ref = scalar_proj(k->wt);
+  char why[200] = "";
+  if (!ref) {
+    check(0, "[kernel %s] has a scalar kernel of its type to compare with", k->name);
+    return;
   }
+  const double tol = kernel_tol(k->wt, k->isa);
+  const size_t Hs[] = {1, 2, 3, 17, 33, KR};
+  int ok = 1;
+  for (size_t hi = 0; hi < sizeof(Hs) / sizeof(Hs[0]) && ok; hi++)
+    for (size_t nb = 1; nb <= 9 && ok; nb += 4) /* 1, 5, 9: the 8-row tile and remainders */
+      for (int special = 0; special < 3 && ok; special++) {
+        const size_t H = Hs[hi], nblk = 2;
+        void* w = random_panel(k->wt, H, nblk); /* larger than the projection needs */
+        float h[9][KR], o_s[9][32], o_v[9][32];
+        const void* hin[9];
+        void *ps[9], *pv[9];
+        for (size_t e = 0; e < nb; e++) {
+          for (size_t i = 0; i < KR; i++) h[e][i] = (float)urand(-1.0, 1.0);
+          for (size_t i = 0; i < 32; i++) o_s[e][i] = o_v[e][i] = 12345.0f;
+          hin[e] = h[e];
+          ps[e] = o_s[e];
+          pv[e] = o_v[e];
+        }
+        if (special == 1) { h[0][H - 1] = INFINITY; h[nb - 1][H / 2] = -INFINITY; }
+        if (special == 2) h[nb / 2][H / 3] = NAN;
+        ref->fn(H, 0, nblk, w, nb, hin, ps);
+        k->fn(H, 0, nblk, w, nb, hin, pv);
+        for (size_t e = 0; e < nb && ok; e++) ok = all_close(o_v[e], o_s[e], 32, tol, why, sizeof(why), "proj");
+        if (!ok) snprintf(why + strlen(why), sizeof(why) - strlen(why), " H=%zu nb=%zu special=%d", H, nb, special);
+        free(w);
+      }
+  check(ok, "[kernel %s] %s projection vs %s: H = 1, 2, 3, 17, 33, 40, 1/5/9 rows, +-inf / NaN "
+        "(tol %.0e)%s", k->name, wtype_name(k->wt), ref->name, tol, why);
+}
+
+/* Activations: odd lengths (vector tails), specials at every lane position. */
+static void test_vunary_kernel(const kl_vunary_entry* k, const kl_vunary_entry* ref, const char* what) {
+  enum { N = 67 };
+  float x[N], ys[N], yv[N];
+  char why[160] = "";
+  int ok = 1;
+  for (size_t n = 1; n <= N && ok; n += n < 20 ? 1 : 23) {
+    for (size_t i = 0; i < n; i++)
+      x[i] = i % 3 == 0 ? SPECIALS[(i / 3 + n) % NSPECIALS] : (float)urand(-20.0, 20.0);
+    for (size_t i = 0; i < N; i++) ys[i] = yv[i] = 12345.0f;
+    ref->fn(n, x, ys);
+    k->fn(n, x, yv);
+    ok = all_close(yv, ys, N, 2e-6, why, sizeof(why), what);
+  }
+  check(ok, "[kernel %s] %s vs %s, n = 1..20, 43, 66 with +-inf, NaN, +-0, +-1e30 (tol 2e-6, NaN "
+        "for NaN, no write past n)%s", k->name, what, ref->name, why);
+}
+
+static void test_rsum_kernel(const kl_rsum_entry* k, const kl_rsum_entry* ref) {
+  char why[160] = "";
+  int ok = 1;
+  float x[301];
+  for (int i = 0; i < 301; i++) x[i] = (float)urand(0.0, 1.0);
+  for (size_t n = 0; n <= 301 && ok; n += 7) {
+    const float a = k->fn(n, x), b = ref->fn(n, x);
+    if (!close_f(a, b, 1e-5)) {
+      ok = 0;
+      snprintf(why, sizeof(why), " (n=%zu: %.9g vs %.9g)", n, (double)a, (double)b);
+    }
+  }
+  x[100] = INFINITY;
+  ok = ok && isinf(k->fn(301, x));
+  x[5] = NAN;
+  ok = ok && isnan(k->fn(301, x));
+  check(ok, "[kernel %s] read-sum vs %s, n = 0..301 step 7, inf and NaN%s", k->name, ref->name, why);
+}
+
+/* A low-precision input projection against a double product of the same
+ * rounded values: M around the row tile, odd K, one and two column panels. */
+static void test_gemm_kernel(const kl_gemm_entry* k) {
+  const size_t Ms[] = {1, 6, 13}, Ks[] = {1, 37}, Ns[] = {64, 128};
+  char why[160] = "";
+  int ok = 1;
+  for (size_t mi = 0; mi < 3 && ok; mi++)
+    for (size_t ki = 0; ki < 2 && ok; ki++)
+      for (size_t ni = 0; ni < 2 && ok; ni++) {
+        const size_t M = Ms[mi], K = Ks[ki], N = Ns[ni], Kp = (K + 1) / 2, ldx = K + 3, ldc = N + 5;
+        float* X = xcalloc(M * ldx, sizeof(float));
+        float* Wf = xcalloc(N * K, sizeof(float));
+        float* C = xcalloc(M * ldc, sizeof(float));
+        uint32_t* A = xcalloc(M * Kp, sizeof(uint32_t));
+        uint16_t* W = aligned_alloc(64, (N / 64) * Kp * 128 * sizeof(uint16_t) + 64);
+        if (!W) exit(2);
+        memset(W, 0, (N / 64) * Kp * 128 * sizeof(uint16_t));
+        for (size_t i = 0; i < M * ldx; i++) X[i] = (float)urand(-2.0, 2.0);
+        for (size_t n = 0; n < N; n++)
+          for (size_t kk = 0; kk < K; kk++) {
+            Wf[n * K + kk] = (float)urand(-0.5, 0.5);
+            W[(((n / 64) * Kp + kk / 2) * 4 + (n % 64) / 16) * 32 + (n % 16) * 2 + (kk & 1)] =
+                kl_f32_to_bf16(Wf[n * K + kk]);
+          }
+        for (size_t i = 0; i < M * ldc; i++) C[i] = 777.0f;
+        k->pack(M, K, X, ldx, A);
+        k->gemm(M, N, Kp, A, W, C, ldc);
+        for (size_t m = 0; m < M && ok; m++)
+          for (size_t n = 0; n < ldc && ok; n++) {
+            if (n >= N) {
+              if (C[m * ldc + n] != 777.0f) { ok = 0; snprintf(why, sizeof(why), " (wrote past N)"); }
+              continue;
+            }
+            double ref = 0.0, mag = 0.0;
+            for (size_t kk = 0; kk < K; kk++) {
+              const double t = (double)kl_bf16_to_f32(kl_f32_to_bf16(X[m * ldx + kk])) *
+                               (double)kl_bf16_to_f32(kl_f32_to_bf16(Wf[n * K + kk]));
+              ref += t;
+              mag += fabs(t);
+            }
+            if (fabs((double)C[m * ldc + n] - ref) > 1e-6 * (1.0 + mag)) {
+              ok = 0;
+              snprintf(why, sizeof(why), " (M=%zu K=%zu N=%zu C[%zu,%zu] = %.9g, want %.9g)", M, K, N,
+                       m, n, (double)C[m * ldc + n], ref);
+            }
+          }
+        free(X);
+        free(Wf);
+        free(C);
+        free(A);
+        free(W);
+      }
+  check(ok, "[kernel %s] %s GEMM (with %s) vs a double product of the rounded values: M = 1, 6, "
+        "13, K = 1, 37, N = 64, 128%s", k->name, wtype_name(k->wt), k->isa, why);
+}
+
+/* The portable half conversions: every half widens exactly and narrows back to
+ * itself; floats round to nearest even (midpoints between neighbouring halves),
+ * overflow to inf, NaN stays NaN. */
+static void test_f16_conversion(void) {
+  int ok = 1;
+  char why[160] = "";
+  for (uint32_t u = 0; u < 65536 && ok; u++) {
+    const uint16_t h = (uint16_t)u;
+    const float f = kl_f16_to_f32(h);
+    const int nan = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu);
+    if (nan) {
+      ok = isnan(f) && (kl_f32_to_f16(f) & 0x7fffu) > 0x7c00u;
+      if (!ok) snprintf(why, sizeof(why), " (NaN 0x%04x)", (unsigned)h);
+      continue;
+    }
+    /* the value: sign, exponent, mantissa in double */
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double want = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+    if (h & 0x8000u) want = -want;
+    if ((double)f != want || kl_f32_to_f16(f) != h) {
+      ok = 0;
+      snprintf(why, sizeof(why), " (0x%04x -> %.9g, want %.9g, back 0x%04x)", (unsigned)h, (double)f,
+               want, (unsigned)kl_f32_to_f16(f));
+    }
+    /* the midpoint to the next half up rounds to the even one of the two */
+    if (ok && e < 31 && (h & 0x7fffu) < 0x7bffu) {
+      const float next = kl_f16_to_f32((uint16_t)(h + 1));
+      const float mid = (float)(((double)f + (double)next) / 2.0); /* exact in float */
+      const uint16_t even = (h & 1u) ? (uint16_t)(h + 1) : h;
+      if (kl_f32_to_f16(mid) != even) {
+        ok = 0;
+        snprintf(why, sizeof(why), " (midpoint after 0x%04x -> 0x%04x, want 0x%04x)", (unsigned)h,
+                 (unsigned)kl_f32_to_f16(mid), (unsigned)even);
+      }
+    }
+  }
+  ok = ok && kl_f32_to_f16(65519.0f) == 0x7bffu && kl_f32_to_f16(65520.0f) == 0x7c00u &&
+       kl_f32_to_f16(-1e30f) == 0xfc00u && kl_f32_to_f16(INFINITY) == 0x7c00u &&
+       kl_f32_to_f16(1e-9f) == 0 && kl_f32_to_f16(-0.0f) == 0x8000u;
+  check(ok, "[f16] half <-> float: all 65536 halves exact and back, midpoints to even, "
+        "overflow to inf, NaN kept%s", why);
+}
+
+/* Every entry of every kernel list the CPU can run, whatever the ISA level. */
+static void test_kernel_lists(void) {
+  test_f16_conversion();
+  for (size_t i = 0; i < kl_lstmcell_count; i++)
+    if (kl_lstmcell_list[i].arch && cpu_has(kl_lstmcell_list[i].arch, kl_lstmcell_list[i].name))
+      test_cell_kernel(&kl_lstmcell_list[i]);
+  for (size_t i = 0; i < kl_lstmproj_count; i++)
+    if (kl_lstmproj_list[i].arch && cpu_has(kl_lstmproj_list[i].arch, kl_lstmproj_list[i].name))
+      test_proj_kernel(&kl_lstmproj_list[i]);
+  for (int kind = 0; kind < 2; kind++) {
+    const kl_vunary_entry* list = kind == 0 ? kl_vsigmoid_list : kl_vtanh_list;
+    const size_t n = kind == 0 ? kl_vsigmoid_count : kl_vtanh_count;
+    for (size_t i = 0; i + 1 < n; i++) /* the last entry is the scalar one */
+      if (cpu_has(list[i].arch, list[i].name))
+        test_vunary_kernel(&list[i], &list[n - 1], kind == 0 ? "sigmoid" : "tanh");
+  }
+  for (size_t i = 0; i + 1 < kl_rsum_count; i++)
+    if (cpu_has(kl_rsum_list[i].arch, kl_rsum_list[i].name))
+      test_rsum_kernel(&kl_rsum_list[i], &kl_rsum_list[kl_rsum_count - 1]);
+  for (size_t i = 0; i + 1 < kl_fp_count; i++)
+    if (cpu_has(kl_fp_list[i].arch, kl_fp_list[i].name)) test_fp_kernel(&kl_fp_list[i]);
+  for (size_t i = 0; i < kl_gemm_count; i++)
+    if (cpu_has(kl_gemm_list[i].arch, kl_gemm_list[i].name)) test_gemm_kernel(&kl_gemm_list[i]);
+  /* every weight type has a scalar kernel, so the dispatch never comes back empty */
+  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
+  int ok = 1;
+  for (size_t i = 0; i < sizeof(wts) / sizeof(wts[0]); i++) ok = ok && scalar_cell(wts[i]) && scalar_proj(wts[i]);
+  check(ok && kl_vsigmoid_list[kl_vsigmoid_count - 1].arch == 0 &&
+            kl_vtanh_list[kl_vtanh_count - 1].arch == 0 && kl_rsum_list[kl_rsum_count - 1].arch == 0 &&
+            kl_fp_list[kl_fp_count - 1].arch == 0,
+        "[lists] every weight type has a scalar cell and projection; vector lists end with scalar");
+}
+
+/* The kernels the active level picks: per weight type, the first list entry it allows. */
+static void test_dispatch(const char* name) {
+  const unsigned arch = kl_arch_active();
+  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
+  int ok = 1;
+  char why[200] = "";
+  for (size_t t = 0; t < sizeof(wts) / sizeof(wts[0]); t++) {
+    const kl_kernels k = kl_select_kernels(wts[t]);
+    const kl_lstmcell_entry* want = NULL;
+    for (size_t i = 0; i < kl_lstmcell_count && !want; i++)
+      if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~arch) == 0) want = &kl_lstmcell_list[i];
+    if (!want || k.cell != want->fn) {
+      ok = 0;
+      snprintf(why, sizeof(why), " (%s)", wtype_name(wts[t]));
+    } else {
+      snprintf(why + strlen(why), sizeof(why) - strlen(why), " %s=%s", wtype_name(wts[t]), want->name);
+    }
+  }
+  check(ok, "[%s] dispatch picks the first allowed list entry per type:%s", name, why);
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -980,10 +1225,12 @@ int main(void) {
   const kl_isa best = kl_isa_detected();
   printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
          kl_blas_name(), kl_isa_name(best), kl_isa_name(kl_isa_active()), kl_cpu_has_avx512bf16());
-  check(kl_dtype_io_size(KL_F32) == 4 && kl_dtype_io_size(KL_BF16) == 4 && kl_dtype_io_size(KL_F64) == 8,
-        "[api] kl_dtype_io_size: float32 4, bfloat16 4, float64 8");
+  check(kl_dtype_io_size(KL_F32) == 4 && kl_dtype_io_size(KL_BF16) == 4 &&
+            kl_dtype_io_size(KL_F16) == 4 && kl_dtype_io_size(KL_F64) == 8,
+        "[api] kl_dtype_io_size: float32 4, bfloat16 4, float16 4, float64 8");
 
   test_bad_args();
+  test_kernel_lists();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");
   if (forced && *forced)
@@ -1003,9 +1250,9 @@ int main(void) {
           kl_status_str(st), kl_isa_name(kl_isa_active()));
     if (st != KL_OK) continue;
     test_activations(name);
-    if (isa != KL_ISA_SCALAR) test_kernels_vs_scalar((kl_isa)isa);
-    const kl_dtype dts[3] = {KL_F32, KL_BF16, KL_F64};
-    for (int di = 0; di < 3; di++)
+    test_dispatch(name);
+    const kl_dtype dts[4] = {KL_F32, KL_BF16, KL_F16, KL_F64};
+    for (int di = 0; di < 4; di++)
       for (int ci = 0; ci < NCASES; ci++) test_case(&CASES[ci], dts[di], name);
     test_concurrent(name);
   }

@@ -5,7 +5,7 @@
  * kokoro_lstm.lstm_forward_v2(cfg: Shape, x, [lengths], [h0, c0], *weights, y, h_n, c_n)
  *   cfg = (abi, num_layers, num_directions, has_lengths, has_hx, batch_first,
  *          proj_size, has_bias, constant_weights, dtype, num_threads, reverse)
- *   dtype: 0 float32, 1 float64, 2 bfloat16 weights; num_threads 0: the
+ *   dtype: 0 float32, 1 float64, 2 bfloat16, 3 float16 weights; num_threads 0: the
  *   process default (kl_get_num_threads). Weights per (layer, direction),
  *   layer-major: w_ih, w_hh, [b_ih, b_hh], [w_hr]. Constant weights passed as
  *   tensor objects are kept alive by the weight cache while cached. */
@@ -118,7 +118,7 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   fa.proj_size = P;
   fa.batch_first = c[CFG_BF] != 0;
   fa.constant_weights = constant;
-  fa.dtype = c[CFG_DTYPE] == 1 ? KL_F64 : c[CFG_DTYPE] == 2 ? KL_BF16 : KL_F32;
+  fa.dtype = c[CFG_DTYPE] == 1 ? KL_F64 : c[CFG_DTYPE] == 2 ? KL_BF16 : c[CFG_DTYPE] == 3 ? KL_F16 : KL_F32;
   fa.num_threads = c[CFG_NTH] > 0 ? (int)c[CFG_NTH] : 0;
   fa.x = t[k++];
   if (c[CFG_LEN]) fa.lengths = t[k++];
