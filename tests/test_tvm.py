@@ -369,6 +369,32 @@ def test_import_is_light_and_registers_lazily():
     assert out.strip() == "True"
 
 
+def test_native_function_errors_name_the_argument():
+    """The C function validates through the engine's entry: errors come back through
+    tvm-ffi as Python exceptions naming the argument."""
+    import tvm_ffi
+
+    f = tvm_ffi.get_global_func(kt.NATIVE_FUNC_NAME)
+    T_, B_, I_, H_ = 3, 2, 4, 5
+    t = lambda *shape, dtype="float32": tvm.runtime.tensor(np.zeros(shape, dtype))
+    cfg = [2, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+    args = [t(T_, B_, I_), t(4 * H_, I_), t(4 * H_, H_), t(4 * H_), t(4 * H_),
+            t(T_, B_, H_), t(1, B_, H_), t(1, B_, H_)]
+    f(tvm_ffi.Shape(cfg), *args)  # valid
+    bad = list(args)
+    bad[2] = t(4 * H_, H_ + 1)
+    with pytest.raises(ValueError, match=r"weights\[1\] \(w_hh of layer 0\) must have shape \(20, 5\)"):
+        f(tvm_ffi.Shape(cfg), *bad)
+    bad = list(args)
+    bad[0] = t(T_, B_, I_, dtype="float64")
+    with pytest.raises(ValueError, match="x must have dtype float32, got float64"):
+        f(tvm_ffi.Shape(cfg), *bad)
+    with pytest.raises(RuntimeError, match="calling convention 1"):
+        f(tvm_ffi.Shape([1] + cfg[1:]), *args)
+    with pytest.raises(TypeError, match="expected 9 arguments for this config, got 8"):
+        f(tvm_ffi.Shape(cfg), *args[:-1])
+
+
 # Blocks every import of kokoro_lstm in a subprocess: an exported native library must
 # run there, with only TVM's runtime (the engine is linked into the library).
 _BLOCK_KOKORO = """

@@ -53,7 +53,13 @@ static void shape_str(const DLTensor* t, char* buf, size_t n) {
 /* Checks device, dtype, rank and shape (-1 = any). */
 static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType want, int ndim,
                               const int64_t* shape) {
-  if (!t || (!t->data && t->ndim > 0)) return fail("%s is missing (NULL)", name);
+  if (!t) return fail("%s is missing (NULL)", name);
+  if (t->ndim < 0 || t->ndim > 32 || (t->ndim > 0 && !t->shape))
+    return fail("%s is not a valid DLTensor (ndim %d, shape %s)", name, (int)t->ndim,
+                t->shape ? "given" : "NULL");
+  int64_t numel = 1;
+  for (int i = 0; i < t->ndim; i++) numel *= t->shape[i] > 0 ? t->shape[i] : 0;
+  if (!t->data && numel > 0) return fail("%s has no data (NULL)", name);
   if (t->device.device_type != kDLCPU)
     return fail("%s must be a CPU tensor (kokoro_lstm runs on the CPU), got device type %d", name,
                 (int)t->device.device_type);
