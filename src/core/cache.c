@@ -2,12 +2,14 @@
  * weights lie (addresses, shapes, strides) and how they are to be packed.
  *
  * Never stale: an untrusted entry carries the fingerprint of the weights'
- * bytes taken *before* they were packed; a hit is used only after the current
- * bytes give the same fingerprint, else the entry is dropped and the weights
- * are packed again. A write racing with packing therefore can only make the
- * next call repack (its fingerprint no longer matches), never serve weights
- * packed from bytes the fingerprint did not see. Trusted entries (constant
- * weights) skip the check and hold their keepalive until evicted.
+ * bytes taken *before* they were packed. A call that finds it runs with it and
+ * then confirms that the current bytes give the same fingerprint (checking
+ * after the run keeps the check's reads out of the recurrence's cache); if not,
+ * the entry is dropped, and the call packs again and runs again, overwriting
+ * its outputs. A write racing with packing therefore can only make the next
+ * call repack (its fingerprint no longer matches), never serve weights packed
+ * from bytes the fingerprint did not see. Trusted entries (constant weights)
+ * skip the check and hold their keepalive until evicted.
  *
  * Entries are reference counted: a call holds its entry while it runs, so
  * eviction or replacement by another thread never frees weights in use. */
@@ -84,50 +86,48 @@ const kl_lstm* kl_centry_lstm(const kl_centry* e) { return e->m; }
 
 static int fp_equal(kl_fp128 a, kl_fp128 b) { return a.lo == b.lo && a.hi == b.hi; }
 
-kl_status kl_cache_acquire(const int64_t* key, size_t key_len, const kl_lstm_desc* desc,
-                           const kl_wsrc* w, int borrow_wih, const kl_region* regions,
-                           int nregions, int trusted, const kl_keepalive* ka, int nth,
-                           kl_centry** out) {
-  *out = NULL;
+kl_centry* kl_cache_find(const int64_t* key, size_t key_len) {
   pthread_once(&g_once, install_atfork);
-  kl_fp128 fp = {0, 0};
-  int have_fp = 0;
   pthread_mutex_lock(&g_lock);
-  int i = find_locked(key, key_len);
+  const int i = find_locked(key, key_len);
   kl_centry* e = i >= 0 ? g_table[i] : NULL;
   if (e) {
     e->refs++;
     e->last_use = ++g_clock;
   }
   pthread_mutex_unlock(&g_lock);
-  if (e) {
-    if (e->trusted) {
-      pthread_mutex_lock(&g_lock);
-      g_stats.hits++;
-      pthread_mutex_unlock(&g_lock);
-      *out = e;
-      return KL_OK;
-    }
-    have_fp = kl_fingerprint(regions, nregions, nth, &fp) == KL_OK;
-    pthread_mutex_lock(&g_lock);
-    if (have_fp && fp_equal(fp, e->fp)) {
-      g_stats.hits++;
-      pthread_mutex_unlock(&g_lock);
-      *out = e;
-      return KL_OK;
-    }
-    g_stats.repacks++; /* changed since packed: drop the entry, pack again */
-    if (e->in_table) remove_locked(find_locked(key, key_len));
-    const int last = unref_locked(e);
-    pthread_mutex_unlock(&g_lock);
-    if (last) entry_free(e);
-  } else {
+  return e;
+}
+
+int kl_cache_confirm(kl_centry* e, const kl_region* regions, int nregions, int nth) {
+  kl_fp128 fp;
+  const int same = e->trusted ||
+                   (kl_fingerprint(regions, nregions, nth, &fp) == KL_OK && fp_equal(fp, e->fp));
+  pthread_mutex_lock(&g_lock);
+  if (same) {
+    g_stats.hits++;
+  } else { /* changed since packed (or no memory to tell): drop the entry */
+    g_stats.repacks++;
+    if (e->in_table) remove_locked(find_locked(e->key, e->key_len));
+  }
+  pthread_mutex_unlock(&g_lock);
+  return same;
+}
+
+kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* desc,
+                        const kl_wsrc* w, int borrow_wih, const kl_region* regions, int nregions,
+                        int trusted, const kl_keepalive* ka, int nth, int count_miss,
+                        kl_centry** out) {
+  *out = NULL;
+  pthread_once(&g_once, install_atfork);
+  if (count_miss) {
     pthread_mutex_lock(&g_lock);
     g_stats.misses++;
     pthread_mutex_unlock(&g_lock);
   }
-  /* miss: fingerprint first, then pack (see the file comment) */
-  if (!trusted && !have_fp) have_fp = kl_fingerprint(regions, nregions, nth, &fp) == KL_OK;
+  /* fingerprint first, then pack (see the file comment) */
+  kl_fp128 fp = {0, 0};
+  const int have_fp = !trusted && kl_fingerprint(regions, nregions, nth, &fp) == KL_OK;
   kl_centry* n = calloc(1, sizeof(*n));
   int64_t* k = malloc(key_len * sizeof(int64_t));
   if (!n || !k) {

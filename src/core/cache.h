@@ -8,14 +8,18 @@ typedef struct kl_centry kl_centry;
 /* Index of the owner token in a key (forward.c builds the keys). */
 #define KL_CACHE_KEY_OWNER 10
 
-/* The packed LSTM for these weights, from the cache when still valid, else
- * packed now (and cached). key identifies the weights' memory and the packing;
- * regions are the bytes that packing copies (fingerprinted unless trusted).
- * Release the entry with kl_cache_release after the run. */
-kl_status kl_cache_acquire(const int64_t* key, size_t key_len, const kl_lstm_desc* desc,
-                           const kl_wsrc* w, int borrow_wih, const kl_region* regions,
-                           int nregions, int trusted, const kl_keepalive* ka, int nth,
-                           kl_centry** out);
+/* The cached entry for this key (a reference the caller releases), or NULL. */
+kl_centry* kl_cache_find(const int64_t* key, size_t key_len);
+/* After a run with a found entry: 1 if its weights are still those it was packed
+ * from (trusted entries always), else 0 and the entry leaves the cache (the call
+ * must pack again and rerun). Counts a hit or a repack. */
+int kl_cache_confirm(kl_centry* e, const kl_region* regions, int nregions, int nth);
+/* Packs the weights (after fingerprinting the regions unless trusted) into a new
+ * entry, cached under key, returned with a reference for the caller. */
+kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* desc,
+                        const kl_wsrc* w, int borrow_wih, const kl_region* regions, int nregions,
+                        int trusted, const kl_keepalive* ka, int nth, int count_miss,
+                        kl_centry** out);
 void kl_cache_release(kl_centry* e);
 const kl_lstm* kl_centry_lstm(const kl_centry* e);
 

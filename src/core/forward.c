@@ -248,17 +248,29 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
     goto done;
   }
   const int nth = a->num_threads ? a->num_threads : kl_get_num_threads();
-  s = kl_cache_acquire(key, key_len, &desc, w, borrow, regions, nreg, a->constant_weights != 0,
-                       a->keepalive, nth, &entry);
-  if (s != KL_OK) {
-    if (s == KL_ERR_NOMEM) fail("out of memory packing the weights");
-    goto done;
-  }
   const kl_run_args ra = {T, B, data_of(a->x), x_st, x_sb, (char*)a->y->data + a->y->byte_offset,
                           stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1),
                           a->h0 ? data_of(a->h0) : NULL, a->c0 ? data_of(a->c0) : NULL,
                           a->h_n ? (char*)a->h_n->data + a->h_n->byte_offset : NULL,
                           a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth};
+  /* a cached entry: run, then confirm its weights did not change (else repack, rerun) */
+  entry = kl_cache_find(key, key_len);
+  if (entry) {
+    s = kl_lstm_run_views(kl_centry_lstm(entry), &ra, borrow ? views : NULL);
+    if (s != KL_OK) {
+      fail("LSTM run failed: %s", kl_status_str(s));
+      goto done;
+    }
+    if (kl_cache_confirm(entry, regions, nreg, nth)) goto done;
+    kl_cache_release(entry);
+    entry = NULL;
+  }
+  s = kl_cache_pack(key, key_len, &desc, w, borrow, regions, nreg, a->constant_weights != 0,
+                    a->keepalive, nth, 1, &entry);
+  if (s != KL_OK) {
+    if (s == KL_ERR_NOMEM) fail("out of memory packing the weights");
+    goto done;
+  }
   s = kl_lstm_run_views(kl_centry_lstm(entry), &ra, borrow ? views : NULL);
   if (s != KL_OK) fail("LSTM run failed: %s", kl_status_str(s));
 done:
