@@ -2,7 +2,7 @@
  * that this CPU can run: `make bench-kernels`.
  *
  * Cases (Kokoro's LSTM: H = 256 hidden units, R = 256 recurrent inputs):
- *   cell   one recurrent step, all 16 blocks of 16 units, for B = 1 and 4 rows
+ *   cell   one recurrent step, all 16 blocks of 16 units, for B = 1, 4, 16 and 64 rows
  *          (the weights stay hot in cache: this is the kernel's own speed)
  *   proj   a projection H = 256 -> P = 128, B = 1
  *   sigmoid/tanh  1024 values;  rsum  1 MiB;  gemm  the input projection
@@ -23,7 +23,7 @@
 #define H 256
 #define R 256
 #define NBLK (H / KL_NR)
-#define MAXB 4
+#define MAXB 64
 
 static double now_ns(void) {
   struct timespec ts;
@@ -158,14 +158,16 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kl_lstmcell_count; i++) {
     const kl_lstmcell_entry* k = &kl_lstmcell_list[i];
     if (k->arch & ~cpu) continue;
-    for (size_t nb = 1; nb <= MAXB; nb += 3) {
+    static const size_t nbs[] = {1, 4, 16, MAXB};
+    for (size_t j = 0; j < sizeof(nbs) / sizeof(nbs[0]); j++) {
+      const size_t nb = nbs[j];
       bcase* c = &cs[n++];
       snprintf(c->list, sizeof(c->list), "lstmcell");
       snprintf(c->name, sizeof(c->name), "%s", k->name);
       snprintf(c->what, sizeof(c->what), "%s H=R=256 B=%zu, per step", wname(k->wt), nb);
       c->kind = 0, c->fn = (const void*)k->fn, c->wt = k->wt, c->nb = nb;
       c->w = random_weights(k->wt, NBLK * ((R + 1) / 2 * 2) * 64);
-      c->reps = k->arch ? 20 : 2;
+      c->reps = k->arch ? (nb > 4 ? 4 : 20) : 1;
     }
   }
   for (size_t i = 0; i < kl_lstmproj_count; i++) {

@@ -938,7 +938,7 @@ static double kernel_tol(kl_wtype wt, const char* isa) {
   return wt == KL_W_BF16 && strstr(isa, "bf16") ? 2e-2 : 2e-5;
 }
 
-#define KNB 6 /* batch rows: 1, 3, 6 (a 4-row tile and its remainders) */
+#define KNB 13 /* batch rows: 1, 3, 6, 13 (4- and 6-row tiles and their remainders) */
 #define KR 40 /* largest R */
 
 static void test_cell_kernel(const kl_lstmcell_entry* k) {
@@ -949,10 +949,10 @@ static void test_cell_kernel(const kl_lstmcell_entry* k) {
     return;
   }
   const double tol = kernel_tol(k->wt, k->isa);
-  const size_t Rs[] = {1, 2, 3, 17, 33, KR}, nbs[] = {1, 3, KNB};
+  const size_t Rs[] = {1, 2, 3, 17, 33, KR}, nbs[] = {1, 3, 6, KNB};
   int ok = 1;
   for (size_t ri = 0; ri < sizeof(Rs) / sizeof(Rs[0]) && ok; ri++)
-    for (size_t ni = 0; ni < 3 && ok; ni++)
+    for (size_t ni = 0; ni < sizeof(nbs) / sizeof(nbs[0]) && ok; ni++)
       for (int special = 0; special < 4 && ok; special++) { /* none, +-inf in h, NaN in h, NaN/inf in gx and c */
         const size_t R = Rs[ri], nblk = 2, Hp = nblk * KL_NR, nb = nbs[ni];
         void* w = random_panel(k->wt, R, nblk);
@@ -988,7 +988,7 @@ static void test_cell_kernel(const kl_lstmcell_entry* k) {
                    special);
         free(w);
       }
-  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6 rows, +-inf / NaN in h, "
+  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6/13 rows, +-inf / NaN in h, "
         "NaN / inf in gates and c (tol %.0e)%s", k->name, wtype_name(k->wt), ref->name, tol, why);
 }
 
