@@ -136,7 +136,7 @@ def _forward(weights, io, x3, batch_first, unbatched, h0, c0, lengths, *, num_la
     else:
         out = np.empty((T, B, D * R), dtype=io)
         x_in = x3
-    if not _core_readable(x_in):
+    if not _core_readable(x_in, batch_first and not unbatched):
         x_in = np.ascontiguousarray(x_in)
     h_n = np.empty((LD, B, R), dtype=io)
     c_n = np.empty((LD, B, hidden), dtype=io)
@@ -149,19 +149,17 @@ def _forward(weights, io, x3, batch_first, unbatched, h0, c0, lengths, *, num_la
     return out, h_n, c_n
 
 
-def _core_readable(x) -> bool:
-    """Whether the engine reads x in place: aligned, feature stride 1 and the
-    (time, batch) rows one common stride (anything else is copied first)."""
-    if not x.flags.aligned or x.dtype.byteorder not in "=|":
-        return False
+def _core_readable(x, batch_first: bool) -> bool:
+    """Whether the engine reads x ([T, B, I], or [B, T, I] if batch_first) in place
+    (the engine's own rule, kl_input_layout_ok); anything else is copied first."""
     isz = x.itemsize
-    T, B, I = x.shape
-    st, sb, si = x.strides
-    if I > 1 and si != isz:
+    if not x.flags.aligned or x.dtype.byteorder not in "=|" or any(s % isz for s in x.strides):
         return False
-    if T == 1 or B <= 1:
-        return True
-    return (st == B * sb or sb == T * st) and min(st, sb) >= I * isz
+    if x.shape[2] > 1 and x.strides[2] != isz:
+        return False
+    t, b = (1, 0) if batch_first else (0, 1)
+    return x.shape[b] == 0 or _core.input_layout_ok(x.shape[t], x.shape[b], x.strides[t] // isz,
+                                                    x.strides[b] // isz, x.shape[2])
 
 
 def clear_cache() -> None:

@@ -199,6 +199,14 @@ static PyObject* mod_cache_clear(PyObject* m, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
+/* input_layout_ok(T, B, x_st, x_sb, I): kl_input_layout_ok (strides in elements). */
+static PyObject* mod_input_layout_ok(PyObject* m, PyObject* args) {
+  (void)m;
+  long long T, B, st, sb, in_size;
+  if (!PyArg_ParseTuple(args, "LLLLL", &T, &B, &st, &sb, &in_size)) return NULL;
+  return PyBool_FromLong(kl_input_layout_ok(T, B, st, sb, in_size));
+}
+
 static PyObject* mod_cache_drop_owner(PyObject* m, PyObject* arg) {
   (void)m;
   const unsigned long long owner = PyLong_AsUnsignedLongLong(arg);
@@ -426,6 +434,7 @@ static PyMethodDef module_methods[] = {
     {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM."},
     {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters."},
     {"cache_drop_owner", mod_cache_drop_owner, METH_O, "Drop the cache entries of one owner token."},
+    {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},
     {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},
     {"get_num_threads", mod_get_num_threads, METH_NOARGS, "The engine's default thread count."},
     {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
