@@ -123,6 +123,7 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
   if (a->dtype < KL_F32 || a->dtype > KL_F16) return fail("unknown dtype %d", (int)a->dtype);
   if (a->num_threads < 0) return fail("num_threads must be >= 1 (or 0 for the default), got %d", a->num_threads);
   if (a->proj_size < 0) return fail("proj_size must be >= 0, got %d", a->proj_size);
+  if (a->num_layers > 65536) return fail("num_layers must be at most 65536, got %d", a->num_layers);
   const int L = a->num_layers, D = a->bidirectional ? 2 : 1, P = a->proj_size;
   const int per = 2 + 2 * a->has_bias + (P > 0);
   if (!a->weights || a->num_weights != L * D * per)
