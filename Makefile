@@ -41,15 +41,16 @@ CC := gcc
 endif
 
 # ---- C sources and flags (the same per-file ISA flags as setup.py) -------------------
-CORE_SRCS := $(sort $(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c)) src/tvm/kl_tvm_ffi.c
+CORE_SRCS := $(sort $(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c) $(wildcard src/ops/*.c)) \
+             src/tvm/kl_tvm_ffi.c src/tvm/kl_tvm_dense.c
 TEST_SRC := src/tests/test_core.c
-HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h)
+HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/ops/*.h src/tvm/*.h)
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fno-math-errno \
                  -ffp-contract=off
 OPT_O2 := -O2
 OPT_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer -g -O1
-INCS := -Isrc/include -Isrc/core -Isrc/kernels -Isrc/third_party -Isrc/tvm
+INCS := -Isrc/include -Isrc/core -Isrc/kernels -Isrc/ops -Isrc/third_party -Isrc/tvm
 isa_flags = $(strip $(if $(filter %-avx2fma.c,$(1)),-mavx2 -mfma) \
                     $(if $(filter %-avx512f.c,$(1)),-mavx512f -mfma) \
                     $(if $(filter %-avx512bf16.c,$(1)),-mavx512f -mavx512bf16 -mfma))

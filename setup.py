@@ -31,9 +31,9 @@ ISA_FLAGS = {
 }
 WARN = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-O2", "-fno-math-errno",
         "-ffp-contract=off", "-pthread", "-fvisibility=hidden"]
-INCLUDE = ["src/include", "src/core", "src/kernels", "src/third_party", "src/tvm"]
-ENGINE_SOURCES = sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")) + [
-    "src/tvm/kl_tvm_ffi.c"]
+INCLUDE = ["src/include", "src/core", "src/kernels", "src/ops", "src/third_party", "src/tvm"]
+ENGINE_SOURCES = sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")
+                        + glob.glob("src/ops/*.c")) + ["src/tvm/kl_tvm_ffi.c", "src/tvm/kl_tvm_dense.c"]
 
 
 def _pkg_config_openblas():
