@@ -24,7 +24,7 @@ artifact, so it runs where TVM's runtime runs, without Python.
 from __future__ import annotations
 
 __all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "ABI_VERSION",
-           "DENSE_METHODS", "rewrite_dense", "count_dense_calls"]
+           "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls"]
 
 ABI_VERSION = 1
 MATMUL_FUNC = "kokoro_lstm.matmul_v1"
@@ -33,6 +33,24 @@ CONV1D_TRANSPOSE_DW_FUNC = "kokoro_lstm.conv1d_transpose_dw_v1"
 DENSE_FUNCS = (MATMUL_FUNC, CONV1D_FUNC, CONV1D_TRANSPOSE_DW_FUNC)
 #: ``--dense-method`` values: native (the engine's externs) or tvm (TVM's own lowering).
 DENSE_METHODS = ("native", "tvm")
+
+
+def select_dense_method(target="llvm", method="native") -> str:
+    """Validates ``method`` for ``target``: ``native`` needs a CPU target and the
+    kokoro_lstm extension; ``tvm`` always works."""
+    from . import _native, _target_info
+
+    if method not in DENSE_METHODS:
+        raise ValueError(f"unknown dense method {method!r}; expected one of {DENSE_METHODS}")
+    if method == "native":
+        kind, is_cpu = _target_info(target)
+        if not is_cpu:
+            raise ValueError(f"dense method 'native' runs the kokoro_lstm engine on the CPU; "
+                             f"target {kind!r} is not a CPU target (use 'tvm')")
+        if not _native.available():
+            raise RuntimeError("dense method 'native' needs the kokoro_lstm C extension, which "
+                               "failed to load (use 'tvm')")
+    return method
 
 
 def _static_shape(expr, dtype="float32"):
