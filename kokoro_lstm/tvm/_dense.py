@@ -132,7 +132,7 @@ class _Rewriter:
         sa, sb, out = _static_shape(a), _static_shape(b), _static_shape(call)
         if sa is None or sb is None or out is None or len(sa) < 2 or len(sb) < 2:
             return None
-        if str(call.attrs.out_dtype) not in ("", "float32"):
+        if str(call.attrs.out_dtype) not in ("", "None", "void", "float32"):
             return None
         cb = out[:-2]
         trans_b = 0
@@ -159,7 +159,7 @@ class _Rewriter:
         sx, sw, out = _static_shape(x), _static_shape(w), _static_shape(call)
         if (sx is None or sw is None or out is None or len(sx) != 3 or int(at.groups) != 1
                 or at.data_layout != "NCW" or at.kernel_layout != "OIW"
-                or at.out_layout != "NCW" or str(at.out_dtype) not in ("", "float32")):
+                or at.out_layout != "NCW" or str(at.out_dtype) not in ("", "None", "void", "float32")):
             return None
         pad = [int(p) for p in at.padding] or [0]
         cfg = relax.ShapeExpr([ABI_VERSION, int(at.strides[0]), pad[0], pad[-1],
@@ -176,7 +176,7 @@ class _Rewriter:
         sx, sw, out = _static_shape(x), _static_shape(w), _static_shape(call)
         if (sx is None or sw is None or out is None or len(sx) != 3 or bias is not None
                 or at.data_layout != "NCW" or at.kernel_layout != "IOW"
-                or at.out_layout != "NCW" or str(at.out_dtype) not in ("", "float32")):
+                or at.out_layout != "NCW" or str(at.out_dtype) not in ("", "None", "void", "float32")):
             return None
         C = sx[1]
         if int(at.groups) != C or sw[0] != C or sw[1] != 1 or out[1] != C:
@@ -281,12 +281,24 @@ def rewrite_dense(mod, num_threads=0):
     for gv, func in mod.functions.items():
         funcs[gv] = rw.rewrite_function(func) if isinstance(func, relax.Function) else func
     out = tvm.IRModule(funcs, attrs=mod.attrs)
-    if rw.counts:
-        out = relax.transform.DeadCodeElimination()(out)
-    return out, dict(rw.counts)
+    if not rw.counts:
+        return out, {}
+    out = relax.transform.DeadCodeElimination()(out)
+    # what is left after dead-code elimination (a product whose bias add took it
+    # over was rewritten too, then dropped)
+    calls = count_dense_calls(out)
+    counts = {k: calls[f] for k, f in (("matmul", MATMUL_FUNC), ("conv1d", CONV1D_FUNC),
+                                        ("conv1d_transpose_dw", CONV1D_TRANSPOSE_DW_FUNC))
+              if f in calls}
+    if rw.counts.get("bias_fused"):
+        counts["bias_fused"] = rw.counts["bias_fused"]
+    return out, counts
 
 
 def count_dense_calls(mod_or_text) -> dict:
     """{extern name: number of calls} in a module (or its printed text)."""
+    import re
+
     text = mod_or_text if isinstance(mod_or_text, str) else mod_or_text.script(show_meta=False)
-    return {f: text.count(f'"{f}"') for f in DENSE_FUNCS if f'"{f}"' in text}
+    counts = {f: len(re.findall(re.escape(f) + r"\b", text)) for f in DENSE_FUNCS}
+    return {f: n for f, n in counts.items() if n}

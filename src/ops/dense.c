@@ -70,10 +70,11 @@ static kl_status run_pool(int nth, kl_task_fn fn, void* ctx) {
 }
 
 kl_status kl_f32_matmul(const kl_matmul_args* a) {
-  if (!a || a->batch < 0 || a->M < 0 || a->N < 0 || a->K < 0 || !a->a || !a->b || !a->c ||
-      a->M > INT32_MAX || a->N > INT32_MAX || a->K > INT32_MAX)
+  if (!a || a->batch < 0 || a->M < 0 || a->N < 0 || a->K < 0 || a->M > INT32_MAX ||
+      a->N > INT32_MAX || a->K > INT32_MAX)
     return KL_ERR_ARG;
   if (a->batch == 0 || a->M == 0 || a->N == 0) return KL_OK;
+  if (!a->c || (a->K > 0 && (!a->a || !a->b))) return KL_ERR_ARG; /* empty operands may be NULL */
   mm_job j;
   j.a = a;
   j.mt = cdiv(a->M, KL_DENSE_MT);
