@@ -269,3 +269,30 @@ def test_power_rewrite_is_exact_enough():
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     xd = x.astype(np.float64)
     np.testing.assert_allclose(got, xd ** 3 + np.abs(xd) ** 0.5 + xd ** 2, rtol=1e-6, atol=1e-6)
+
+
+def test_num_threads_compiled_into_engine_calls():
+    """rewrite_dense(num_threads=n) puts n into every extern's config and into the
+    LSTM engine call's config (kokoro_lstm.lstm_forward_v2's num_threads)."""
+    from kokoro_lstm.tvm import _native
+
+    cfg = list(_native.Config(abi=_native.ABI_VERSION, num_layers=1, num_directions=1,
+                              has_lengths=0, has_hx=0, batch_first=0, proj_size=0, has_bias=0,
+                              constant_weights=0, dtype=0, num_threads=0, reverse=0))
+
+    def make(bb):
+        x = relax.Var("x", relax.TensorType((3, 4), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = bb.emit(relax.call_dps_packed(_native.FUNC_NAME, [relax.ShapeExpr(cfg), x],
+                                                  relax.TensorType((3, 4), "float32")))
+                z = bb.emit(relax.op.matmul(y, relax.const(np.ones((4, 2), "float32"))))
+                out = bb.emit_output(z)
+            bb.emit_func_output(out)
+
+    mod, counts = kt.rewrite_dense(_build(make), num_threads=3)
+    assert counts == {"matmul": 1, "lstm_threads": 1}
+    text = mod.script(show_meta=False)
+    want = cfg[:10] + [3] + cfg[11:]
+    assert f"R.shape([{', '.join(map(str, want))}])" in text, text
+    assert f"R.shape([{_dense.ABI_VERSION}, 0, 0, 3])" in text

@@ -188,6 +188,26 @@ class _Rewriter:
         return relax.call_dps_packed(CONV1D_TRANSPOSE_DW_FUNC, [cfg, x, w],
                                      relax.TensorType(out, "float32"))
 
+    def lstm_threads(self, call):
+        """The LSTM's engine call with ``num_threads`` compiled into its config."""
+        from tvm import relax
+
+        from . import _native
+
+        f, tup = call.args[0], call.args[1]
+        if (not isinstance(f, relax.ExternFunc) or f.global_symbol != _native.FUNC_NAME
+                or not isinstance(tup, relax.Tuple) or not tup.fields
+                or not isinstance(tup.fields[0], relax.ShapeExpr)):
+            return None
+        vals = [int(x) for x in tup.fields[0].values]
+        k = _native.Config._fields.index("num_threads")
+        if len(vals) != len(_native.Config._fields) or vals[k] == self.nth:
+            return None
+        vals[k] = self.nth
+        self._count("lstm_threads")
+        return relax.Call(call.op, [f, relax.Tuple([relax.ShapeExpr(vals)] + list(tup.fields[1:]))],
+                          call.attrs, call.ty_args)
+
     RULES = {"relax.matmul": "matmul", "relax.nn.conv1d": "conv1d",
              "relax.nn.conv1d_transpose": "conv1d_transpose"}
 
@@ -252,6 +272,8 @@ class _Rewriter:
                                 self._count("bias_fused")
                     elif name in self.RULES:
                         new = getattr(self, self.RULES[name])(v, bindings)
+                    elif name == "relax.call_dps_packed" and self.nth:
+                        new = self.lstm_threads(v)
                 if new is not None:
                     new = bb.normalize(new)
                     new_bindings.append(relax.VarBinding(bd.var, new))
@@ -272,7 +294,7 @@ def rewrite_dense(mod, num_threads=0):
     calls replaced by the engine's externs (see the module docstring), followed by
     dead-code elimination; returns (new module, {kind: count}). ``num_threads``
     (0: the process default at run time, KOKORO_LSTM_NUM_THREADS or the usable
-    cores) is compiled into every call."""
+    cores) is compiled into every extern call and into the engine's LSTM calls."""
     import tvm
     from tvm import relax
 
@@ -290,8 +312,9 @@ def rewrite_dense(mod, num_threads=0):
     counts = {k: calls[f] for k, f in (("matmul", MATMUL_FUNC), ("conv1d", CONV1D_FUNC),
                                         ("conv1d_transpose_dw", CONV1D_TRANSPOSE_DW_FUNC))
               if f in calls}
-    if rw.counts.get("bias_fused"):
-        counts["bias_fused"] = rw.counts["bias_fused"]
+    for k in ("bias_fused", "lstm_threads"):
+        if rw.counts.get(k):
+            counts[k] = rw.counts[k]
     return out, counts
 
 
