@@ -227,7 +227,8 @@ def test_rewrite_linear_attention_and_conv():
     assert counts["conv1d_transpose_dw"] == 1
     calls = kt.count_dense_calls(ex.as_text())
     assert set(calls) == {_dense.MATMUL_FUNC, _dense.CONV1D_FUNC,
-                          _dense.CONV1D_TRANSPOSE_DW_FUNC}, calls
+                          _dense.CONV1D_TRANSPOSE_DW_FUNC, _dense.SOFTMAX_FUNC}, calls
+    assert counts["softmax"] == 1
     assert kt.uses_engine(ex)
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
@@ -296,3 +297,42 @@ def test_num_threads_compiled_into_engine_calls():
     want = cfg[:10] + [3] + cfg[11:]
     assert f"R.shape([{', '.join(map(str, want))}])" in text, text
     assert f"R.shape([{_dense.ABI_VERSION}, 0, 0, 3])" in text
+
+
+# ----------------------------------------------------------------------------------
+# softmax
+# ----------------------------------------------------------------------------------
+def _softmax_ref(x):
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - m)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("isa", ["active", "scalar", "avx2", "avx512"])
+def test_softmax_against_numpy(isa):
+    from kokoro_lstm import _core
+
+    before = _core.get_isa()
+    if isa != "active":
+        try:
+            _core.set_isa(isa)
+        except Exception:  # noqa: BLE001 - this CPU lacks it
+            pytest.skip(f"{isa} not available")
+    try:
+        g = torch.Generator().manual_seed(6)
+        for shape in [(1,), (3, 17), (2, 5, 33), (4, 512), (7, 1)]:
+            x = torch.randn(*shape, generator=g) * 10
+            x.view(-1)[::3] = -1e30           # masked entries (-inf-like)
+            y = torch.full(shape, float("nan"))
+            _fn(_dense.SOFTMAX_FUNC)(tvm_ffi.Shape([_dense.ABI_VERSION, 0]), _t(x), _t(y))
+            np.testing.assert_allclose(y.numpy(), _softmax_ref(x.numpy()), rtol=1e-5, atol=1e-7)
+        x = torch.full((2, 9), float("-inf"))
+        x[1, 3] = 0.5
+        y = torch.empty(2, 9)
+        _fn(_dense.SOFTMAX_FUNC)(tvm_ffi.Shape([_dense.ABI_VERSION, 2]), _t(x), _t(y))
+        assert torch.isnan(y[0]).all()        # an all -inf row: NaN, as in PyTorch
+        assert y[1, 3] == 1.0 and y[1].sum() == 1.0
+    finally:
+        _core.set_isa(before)

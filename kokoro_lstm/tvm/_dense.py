@@ -14,7 +14,10 @@ shape is static and the dtype float32:
 * ``R.nn.conv1d`` (NCW/OIW, groups 1) by ``kokoro_lstm.conv1d_v1`` (im2col + GEMM),
   with the bias of a following ``R.add(conv, bias[1, C, 1])`` fused likewise;
 * ``R.nn.conv1d_transpose`` with groups == channels (f0n's depthwise upsampling)
-  by ``kokoro_lstm.conv1d_transpose_dw_v1``.
+  by ``kokoro_lstm.conv1d_transpose_dw_v1``;
+* ``R.nn.softmax`` over the last axis (bert's attention: TVM's scheduled softmax
+  took ~16 ms per [12, 512, 512] layer, half of bert's non-GEMM time) by
+  ``kokoro_lstm.softmax_v1`` (vectorized exp, rows on the pool).
 
 Each is a C function of the engine registered with tvm-ffi (src/tvm/kl_tvm_dense.c,
 src/ops/dense.c): OpenBLAS sgemm on tiles fixed by the shapes, on the engine's
@@ -23,14 +26,15 @@ artifact, so it runs where TVM's runtime runs, without Python.
 """
 from __future__ import annotations
 
-__all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "ABI_VERSION",
+__all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "SOFTMAX_FUNC", "ABI_VERSION",
            "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls"]
 
 ABI_VERSION = 1
 MATMUL_FUNC = "kokoro_lstm.matmul_v1"
 CONV1D_FUNC = "kokoro_lstm.conv1d_v1"
 CONV1D_TRANSPOSE_DW_FUNC = "kokoro_lstm.conv1d_transpose_dw_v1"
-DENSE_FUNCS = (MATMUL_FUNC, CONV1D_FUNC, CONV1D_TRANSPOSE_DW_FUNC)
+SOFTMAX_FUNC = "kokoro_lstm.softmax_v1"
+DENSE_FUNCS = (MATMUL_FUNC, CONV1D_FUNC, CONV1D_TRANSPOSE_DW_FUNC, SOFTMAX_FUNC)
 #: ``--dense-method`` values: native (the engine's externs) or tvm (TVM's own lowering).
 DENSE_METHODS = ("native", "tvm")
 
@@ -208,8 +212,21 @@ class _Rewriter:
         return relax.Call(call.op, [f, relax.Tuple([relax.ShapeExpr(vals)] + list(tup.fields[1:]))],
                           call.attrs, call.ty_args)
 
+    def softmax(self, call, bindings, bias=None):
+        from tvm import relax
+
+        (x,) = call.args
+        sx, out = _static_shape(x), _static_shape(call)
+        if sx is None or out is None or not sx or bias is not None:
+            return None
+        if int(call.attrs.axis) not in (-1, len(sx) - 1):
+            return None
+        cfg = relax.ShapeExpr([ABI_VERSION, self.nth])
+        self._count("softmax")
+        return relax.call_dps_packed(SOFTMAX_FUNC, [cfg, x], relax.TensorType(out, "float32"))
+
     RULES = {"relax.matmul": "matmul", "relax.nn.conv1d": "conv1d",
-             "relax.nn.conv1d_transpose": "conv1d_transpose"}
+             "relax.nn.conv1d_transpose": "conv1d_transpose", "relax.nn.softmax": "softmax"}
 
     def _bias_for(self, add, bindings, uses):
         """(product binding value, bias) when ``add`` adds a per-channel bias to a
@@ -310,7 +327,8 @@ def rewrite_dense(mod, num_threads=0):
     # over was rewritten too, then dropped)
     calls = count_dense_calls(out)
     counts = {k: calls[f] for k, f in (("matmul", MATMUL_FUNC), ("conv1d", CONV1D_FUNC),
-                                        ("conv1d_transpose_dw", CONV1D_TRANSPOSE_DW_FUNC))
+                                        ("conv1d_transpose_dw", CONV1D_TRANSPOSE_DW_FUNC),
+                                        ("softmax", SOFTMAX_FUNC))
               if f in calls}
     for k in ("bias_fused", "lstm_threads"):
         if rw.counts.get(k):

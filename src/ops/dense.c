@@ -217,3 +217,49 @@ kl_status kl_f32_conv1d_transpose_dw(const kl_conv1d_transpose_dw_args* a) {
   const int nth = work < (1 << 16) ? 1 : resolve_threads(a->num_threads);
   return kl_pool_run(nth, dwt_task, &j);
 }
+
+/* ---- row softmax ------------------------------------------------------------ */
+typedef void (*kl_softmax_fn)(size_t n, const float* x, float* y);
+void kl_f32_softmax_ukernel__scalar(size_t n, const float* x, float* y);
+#if defined(__x86_64__) || defined(_M_X64)
+void kl_f32_softmax_ukernel__avx2fma(size_t n, const float* x, float* y);
+void kl_f32_softmax_ukernel__avx512f(size_t n, const float* x, float* y);
+#endif
+
+static kl_softmax_fn select_softmax(void) {
+#if defined(__x86_64__) || defined(_M_X64)
+  switch (kl_isa_active()) {
+    case KL_ISA_AVX512:
+      return kl_f32_softmax_ukernel__avx512f;
+    case KL_ISA_AVX2:
+      return kl_f32_softmax_ukernel__avx2fma;
+    default:
+      break;
+  }
+#endif
+  return kl_f32_softmax_ukernel__scalar;
+}
+
+typedef struct softmax_job {
+  int64_t rows, n;
+  const float* x;
+  float* y;
+  kl_softmax_fn fn;
+} softmax_job;
+
+static void softmax_task(void* ctx, int ith, int nth) {
+  const softmax_job* j = ctx;
+  const int64_t per = cdiv(j->rows, nth);
+  const int64_t r0 = per * ith, r1 = r0 + per < j->rows ? r0 + per : j->rows;
+  for (int64_t r = r0; r < r1; r++) j->fn((size_t)j->n, j->x + r * j->n, j->y + r * j->n);
+}
+
+kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int num_threads) {
+  if (rows < 0 || n < 0) return KL_ERR_ARG;
+  if (rows == 0 || n == 0) return KL_OK;
+  if (!x || !y) return KL_ERR_ARG;
+  softmax_job j = {rows, n, x, y, select_softmax()};
+  int nth = (double)rows * (double)n < (1 << 15) ? 1 : resolve_threads(num_threads);
+  if (nth > rows) nth = (int)rows;
+  return kl_pool_run(nth, softmax_task, &j);
+}

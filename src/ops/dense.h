@@ -64,4 +64,11 @@ typedef struct kl_conv1d_transpose_dw_args {
 
 kl_status kl_f32_conv1d_transpose_dw(const kl_conv1d_transpose_dw_args* args);
 
+
+/* y[r, :] = softmax(x[r, :]) for r in [0, rows), rows of n compact floats;
+ * vectorized for the active ISA (src/kernels/f32-softmax/). exp of arguments
+ * below -87 is flushed to exp(-87) (< 2e-38, nothing after normalization); a row
+ * that is all -inf gives NaN, as in PyTorch. */
+kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int num_threads);
+
 #endif

@@ -10,6 +10,8 @@
  *                       x [N, Cin, W], w [Cout, Cin, K], [bias [Cout]], y [N, Cout, Wout])
  * kokoro_lstm.conv1d_transpose_dw_v1(cfg: Shape(abi, stride, pad_l, dilation, has_bias,
  *                       num_threads), x [N, C, W], w [C, 1, K], [bias [C]], y [N, C, Wout])
+ * kokoro_lstm.softmax_v1(cfg: Shape(abi, num_threads), x [..., n], y [..., n])
+ *   softmax over the last axis; compact tensors.
  *   conv tensors compact; a conv bias is any compact tensor of Cout (C) values.
  *   num_threads 0: the process default (kl_get_num_threads). */
 #include <stdio.h>
@@ -314,5 +316,22 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
   c.y = y.data;
   c.num_threads = cfg[5] > 0 ? (int)cfg[5] : 0;
   const kl_status s = kl_f32_conv1d_transpose_dw(&c);
+  return s == KL_OK ? 0 : status_err(fn, s);
+}
+
+int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_SOFTMAX_NAME;
+  const int64_t* cfg;
+  result->type_index = kTVMFFINone;
+  if (check_cfg(fn, args, nargs, 2, &cfg) || check_nargs(fn, nargs, 3)) return -1;
+  view x, y;
+  if (get_view(fn, &args[1], "x", &x) || get_view(fn, &args[2], "y", &y)) return -1;
+  if (x.ndim != y.ndim || numel(&x) != numel(&y) || x.shape[x.ndim - 1] != y.shape[y.ndim - 1])
+    return errf("ValueError", fn, "x and y must have the same shape");
+  if (!is_compact(&x) || !is_compact(&y)) return errf("ValueError", fn, "tensors must be compact");
+  const int64_t n = x.shape[x.ndim - 1];
+  const kl_status s =
+      kl_f32_softmax(n ? numel(&x) / n : 0, n, x.data, y.data, cfg[1] > 0 ? (int)cfg[1] : 0);
   return s == KL_OK ? 0 : status_err(fn, s);
 }

@@ -10,11 +10,14 @@
 #define KL_TVM_MATMUL_NAME "kokoro_lstm.matmul_v1"
 #define KL_TVM_CONV1D_NAME "kokoro_lstm.conv1d_v1"
 #define KL_TVM_CONV1D_TRANSPOSE_DW_NAME "kokoro_lstm.conv1d_transpose_dw_v1"
+#define KL_TVM_SOFTMAX_NAME "kokoro_lstm.softmax_v1"
 
 int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
                                TVMFFIAny* result);
+
+int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 
 /* Raises a tvm-ffi error of the given kind (kl_tvm_ffi.c); returns -1. */
 int kl_tvm_raise(const char* kind, const char* msg);
