@@ -3,7 +3,9 @@
 For each component, static length and thread count: ``kokoro-lstm port-encoder``'s
 pipeline (random weights, --validate, default methods: native LSTM, native dense
 ops) compiles the component, then the exported library and PyTorch eager are timed
-alternately in this process (median of --reps runs each), with every thread bound
+alternately in this process (median of --reps runs each; which one goes first
+alternates, with a 10 ms untimed pause before each call so that a pool still
+spin-waiting after the other runtime does not steal cores), with every thread bound
 to the count (TVM's pool, the kokoro_lstm engine, PyTorch).
 
     python benchmarks/bench_encoder.py                    # 64 and 512, 1 and 2 threads
@@ -22,6 +24,7 @@ import sys
 import tempfile
 import time
 
+SETTLE_S = 0.01
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -64,14 +67,21 @@ def bench_one(comp, T, nth, reps, out_dir, km, cfg):
         with torch.no_grad():
             model(*inputs)
         tv, tt = [], []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn(*args)
-            tv.append((time.perf_counter() - t0) * 1e3)
-            with torch.no_grad():
-                t0 = time.perf_counter()
-                model(*inputs)
-                tt.append((time.perf_counter() - t0) * 1e3)
+        for i in range(reps):
+            # alternate which goes first; a 10 ms untimed pause before each call, so
+            # that pools still spin-waiting after the other one don't steal cores
+            order = (0, 1) if i % 2 == 0 else (1, 0)
+            for which in order:
+                time.sleep(SETTLE_S)
+                if which == 0:
+                    t0 = time.perf_counter()
+                    fn(*args)
+                    tv.append((time.perf_counter() - t0) * 1e3)
+                else:
+                    with torch.no_grad():
+                        t0 = time.perf_counter()
+                        model(*inputs)
+                        tt.append((time.perf_counter() - t0) * 1e3)
     med = lambda v: float(np.median(v))  # noqa: E731
     return {"component": comp, "length": T, "threads": nth,
             "compiled_ms": round(med(tv), 3), "torch_ms": round(med(tt), 3),

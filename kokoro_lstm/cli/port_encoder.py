@@ -14,6 +14,12 @@ the engine is linked in, so it loads with ``tvm.runtime.load_module`` in any pro
 ``{component}_report.json``. Components, signatures and semantics: see
 :mod:`kokoro_lstm.cli._components`.
 
+Dense ops (``--dense-method``): ``native`` (default) rewrites matmul / linear / conv1d /
+depthwise conv1d_transpose / softmax into the kokoro_lstm engine's OpenBLAS-backed C
+functions and compiles the rest with :func:`kokoro_lstm.tvm.cpu_pipeline` (scheduled,
+no tuning); ``tvm`` leaves everything to TVM's default (untuned) lowering. bert's static
+length is 512 (kokoro-tvm's) unless ``--bert-seq-len``.
+
 Exit status: 0 success, 1 validation above tolerance (or a failed step), 2 bad
 flags, paths or files (one line on stderr).
 """
