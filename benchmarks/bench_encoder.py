@@ -40,6 +40,13 @@ def _cpu_name():
     return platform.processor() or "?"
 
 
+def _loadavg():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def bench_one(comp, T, nth, reps, out_dir, km, cfg):
     import numpy as np
     import torch
@@ -86,6 +93,8 @@ def bench_one(comp, T, nth, reps, out_dir, km, cfg):
     return {"component": comp, "length": T, "threads": nth,
             "compiled_ms": round(med(tv), 3), "torch_ms": round(med(tt), 3),
             "ratio": round(med(tv) / med(tt), 3), "compile_s": r["compile_s"],
+            "compiled_min_ms": round(min(tv), 3), "torch_min_ms": round(min(tt), 3),
+            "loadavg_1min": _loadavg(),
             "max_err": r["validation"]["max_err"], "passed": r["validation"]["passed"],
             "dense_calls": r["dense_calls"], "lstm_method": r["lstm_method"],
             "dense_method": r["dense_method"], "runs": {"compiled": tv, "torch": tt}}
@@ -127,11 +136,14 @@ def main(argv=None):
     path = os.path.join(ROOT, "benchmarks", "results", f"encoder_{a.label}.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
-    print(f"\n| component | T | threads | compiled ms | PyTorch ms | ratio | compile s | max err |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| component | T | threads | compiled ms | PyTorch ms | ratio | min: compiled / PyTorch ms "
+          "| compile s | max err | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['component']} | {r['length']} | {r['threads']} | {r['compiled_ms']:.1f} | "
-              f"{r['torch_ms']:.1f} | {r['ratio']:.2f} | {r['compile_s']:.1f} | {r['max_err']:.1e} |")
+              f"{r['torch_ms']:.1f} | {r['ratio']:.2f} | {r['compiled_min_ms']:.1f} / "
+              f"{r['torch_min_ms']:.1f} | {r['compile_s']:.1f} | {r['max_err']:.1e} | "
+              f"{r['loadavg_1min']:.1f} |")
     print(f"\nwritten {path}")
 
 

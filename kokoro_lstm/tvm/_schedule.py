@@ -103,7 +103,6 @@ def cpu_pipeline(target, parallel=True):
     """TVM's default CPU pipeline with the schedules above (see the module
     docstring); pass as ``tvm.compile(mod, target, relax_pipeline=...)``."""
     import tvm
-    from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
     from tvm.s_tir import dlight as dl
 
@@ -122,7 +121,6 @@ def cpu_pipeline(target, parallel=True):
                 + cpu.finalize_passes(target))
             return seq(mod)
 
-    del relax
     return _pipeline
 
 
