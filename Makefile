@@ -55,15 +55,17 @@ X86_KERNELS := %-avx2fma.c %-avx2f16c.c %-avx512f.c %-avx512bf16.c
 ARM_KERNELS := %-neon.c %-neonbf16.c
 CC_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
 OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(or $(findstring aarch64,$(CC_MACHINE)),$(findstring arm64,$(CC_MACHINE))),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
-CORE_SRCS := $(sort $(filter-out $(OTHER_KERNELS),$(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c))) src/tvm/kl_tvm_ffi.c
+CORE_SRCS := $(sort $(filter-out $(OTHER_KERNELS),$(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c) \
+                $(wildcard src/ops/*.c))) src/tvm/kl_tvm_ffi.c src/tvm/kl_tvm_dense.c
 TEST_SRC := src/tests/test_core.c
-HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*.inc src/kernels/*/*.h src/tvm/*.h)
+HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*.inc src/kernels/*/*.h src/ops/*.h \
+                  src/tvm/*.h)
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fno-math-errno \
                  -ffp-contract=off $(CFLAGS_EXTRA)
 OPT_O2 := -O2
 OPT_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer -g -O1
-INCS := -Isrc/include -Isrc/core -Isrc/kernels -Isrc/third_party -Isrc/tvm
+INCS := -Isrc/include -Isrc/core -Isrc/kernels -Isrc/ops -Isrc/third_party -Isrc/tvm
 isa_flags = $(strip $(if $(filter %-avx2fma.c,$(1)),-mavx2 -mfma) \
                     $(if $(filter %-avx2f16c.c,$(1)),-mavx2 -mfma -mf16c) \
                     $(if $(filter %-avx512f.c,$(1)),-mavx512f -mfma) \

@@ -47,12 +47,13 @@ def _target_arch():
     return None
 WARN = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-O2", "-fno-math-errno",
         "-ffp-contract=off", "-pthread", "-fvisibility=hidden"]
-INCLUDE = ["src/include", "src/core", "src/kernels", "src/third_party", "src/tvm"]
+INCLUDE = ["src/include", "src/core", "src/kernels", "src/ops", "src/third_party", "src/tvm"]
 ARCH = _target_arch()
-# the engine: core, this architecture's kernels, tvm-ffi glue
-ENGINE_SOURCES = [s for s in sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c"))
+# the engine: core, this architecture's kernels, dense ops, tvm-ffi glue
+ENGINE_SOURCES = [s for s in sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")
+                                    + glob.glob("src/ops/*.c"))
                   if not any(s.endswith(suffix) for a, sfx in ARCH_KERNELS.items() if a != ARCH
-                             for suffix in sfx)] + ["src/tvm/kl_tvm_ffi.c"]
+                             for suffix in sfx)] + ["src/tvm/kl_tvm_ffi.c", "src/tvm/kl_tvm_dense.c"]
 
 
 def _pkg_config_openblas():

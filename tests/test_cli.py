@@ -6,6 +6,7 @@ ported once at a small static length and the tests below inspect its outputs.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -171,6 +172,73 @@ def test_library_reloads_in_fresh_process(ported, tmp_path):
     """
     out = _subprocess(code, str(tmp_path), *cases).stdout
     assert out.strip() == f"ok {len(cases)}"
+
+
+_BLOCKED_RELOAD = """
+    import sys
+
+    class _Block:
+        # kokoro_lstm must not be needed where the artifact runs
+        def find_spec(self, name, path=None, target=None):
+            if name == "kokoro_lstm" or name.startswith("kokoro_lstm."):
+                raise ImportError("kokoro_lstm is blocked in this process")
+            return None
+
+    sys.meta_path.insert(0, _Block())
+    import numpy as np, tvm
+    from tvm import relax
+    try:
+        import kokoro_lstm  # noqa: F401
+        raise SystemExit("kokoro_lstm was importable")
+    except ImportError:
+        pass
+    tmp = sys.argv[1]
+    for case in sys.argv[2:]:
+        lib, comp, key = case.split("|")
+        vm = relax.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())
+        ins = [tvm.runtime.tensor(a) for a in np.load(f"{tmp}/{key}_in.npz").values()]
+        got = [r.numpy() for r in vm[comp + "_forward"](*ins)]
+        exp = list(np.load(f"{tmp}/{key}_out.npz").values())
+        assert len(got) == len(exp), case
+        for g, e in zip(got, exp):
+            err = float(np.abs(g.astype(np.float64) - e).max())
+            assert err <= 1e-4 * max(1.0, float(np.abs(e).max())), (case, err)
+    assert not any(m.startswith("kokoro_lstm") for m in sys.modules)
+    print("ok", len(sys.argv) - 2)
+"""
+
+
+def test_default_method_reloads_without_kokoro_lstm(ported, tmp_path, km):
+    """The default port (native LSTM, native dense ops) of every component loads and
+    runs in a process where kokoro_lstm cannot be imported, matching PyTorch."""
+    base = tmp_path / "bert"
+    assert pe_main(["--component", "bert", "--bert-seq-len", str(T), "--no-weights",
+                    "--validate", "--output-dir", str(base)]) == 0
+    libs = {c: ported[c, "native"][1] / f"{c}_compiled.so" for c in LSTM_COMPONENTS}
+    libs["bert"] = base / "bert_compiled.so"
+    cases = []
+    for comp, lib in sorted(libs.items()):
+        r = _report(lib.parent, comp)
+        assert r["validation"]["passed"] and r["dense_method"] == "native"
+        assert r["runtime_needs"]["engine_linked"] and r["dense_calls"]
+        inputs = _inputs(comp, T - 3)
+        model = C.build_component(comp, CFG, km, seed=0)
+        with torch.no_grad():
+            want = [t.numpy().astype(np.float64) for t in model(*inputs)]
+        np.savez(tmp_path / f"{comp}_in.npz", *[a.numpy() for a in inputs])
+        np.savez(tmp_path / f"{comp}_out.npz", *want)
+        cases.append(f"{lib}|{comp}|{comp}")
+    out = _subprocess(_BLOCKED_RELOAD, str(tmp_path), *cases).stdout
+    assert out.strip() == f"ok {len(cases)}"
+
+
+def test_dense_method_tvm_is_self_contained(tmp_path):
+    """--dense-method tvm: TVM's own matmul/conv loops; the LSTM still native."""
+    assert _port(tmp_path, "text_encoder", "tir", "--dense-method", "tvm") == 0
+    r = _report(tmp_path, "text_encoder")
+    assert r["dense_method"] == "tvm" and r["dense_calls"] == {}
+    assert not r["runtime_needs"]["engine_linked"]
+    assert r["validation"]["passed"]
 
 
 def test_compiled_matches_eager_and_ignores_padding(ported, km):
@@ -366,8 +434,12 @@ BAD = [
      "invalid target"),
     (["port-encoder", "--component", "f0n", "--no-weights", "--aligned-len", "0"],
      "--aligned-len must be positive"),
-    (["port-encoder", "--component", "bert", "--no-weights", "--seq-len", "513"],
+    (["port-encoder", "--component", "bert", "--no-weights", "--bert-seq-len", "513"],
      "max_position_embeddings"),
+    (["port-encoder", "--component", "bert", "--no-weights", "--bert-seq-len", "0"],
+     "--bert-seq-len must be positive"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--dense-method", "mkl"],
+     "invalid choice"),
     (["port-encoder", "--component", "f0n", "--no-weights", "--checkpoint", __file__],
      "exclude each other"),
     (["port-encoder", "--component", "f0n", "--checkpoint", __file__],
@@ -448,6 +520,11 @@ def test_target_variant_and_num_threads(tmp_path):
     r = _report(tmp_path, "f0n")
     assert r["target"] == "llvm -mcpu=x86-64 -num-cores=2" and '"mcpu":"x86-64"' in r["target_tvm"]
     assert r["num_threads"] == 1 and r["validation"]["passed"]
+    # --num-threads is compiled into every dense extern call (their config's last value)
+    ir = (tmp_path / "f0n_ir.py").read_text()
+    cfgs = re.findall(r'"kokoro_lstm\.(?:matmul|conv1d|conv1d_transpose_dw)_v1", '
+                      r'\(R\.shape\(\[([0-9, ]+)\]\)', ir)
+    assert cfgs and all(c.split(", ")[-1] == "1" for c in cfgs), cfgs
 
 
 def test_validation_failure_exits_1(tmp_path, capsys):
@@ -463,12 +540,29 @@ def test_validation_failure_exits_1(tmp_path, capsys):
 # --------------------------------------------------------------------------------------
 # bert and the demo (the biggest)
 # --------------------------------------------------------------------------------------
+def test_bert_length_defaults_to_kokoro_tvm():
+    """bert is exported at 512 tokens whatever --seq-len says (kokoro-tvm's
+    port_encoder.py; its validation feeds (1, 512)); --bert-seq-len overrides."""
+    from kokoro_lstm.cli.port_encoder import build_parser, resolve_bert_seq_len
+
+    args = build_parser().parse_args(["--component", "bert", "--seq-len", "64"])
+    assert args.bert_seq_len is None and args.seq_len == 64
+    assert args.dense_method == "native"
+    assert resolve_bert_seq_len(CFG, args.bert_seq_len) == 512
+    assert resolve_bert_seq_len(CFG, 64) == 64
+    with pytest.raises(C.UsageError, match="max_position_embeddings"):
+        resolve_bert_seq_len(CFG, 600)
+
+
 @pytest.mark.slow
 def test_bert_end_to_end(tmp_path):
-    rc = pe_main(["--component", "bert", "--seq-len", "8", "--no-weights", "--validate",
-                  "--output-dir", str(tmp_path)])
+    rc = pe_main(["--component", "bert", "--seq-len", "4", "--bert-seq-len", "8", "--no-weights",
+                  "--validate", "--output-dir", str(tmp_path)])
     assert rc == 0
     r = _report(tmp_path, "bert")
+    assert r["bert_seq_len"] == 8 and r["static_length"] == 8 and r["seq_len"] == 4
+    assert r["dense_method"] == "native" and r["dense_calls"]["kokoro_lstm.matmul_v1"] > 0
+    assert r["runtime_needs"]["engine_linked"]
     assert [i["shape"] for i in r["inputs"]] == [[1, 8], [1, 8]]
     assert [o["shape"] for o in r["outputs"]] == [[1, 512, 8]]
     assert r["validation"]["passed"] and r["validation"]["padding_error"] <= TOL
@@ -485,7 +579,8 @@ def test_demo_subcommand(tmp_path):
     body = [row for row in rows if row and row[0] in ("text_encoder", "duration")]
     assert sorted((row[0], row[1]) for row in body) == sorted(
         (c, m) for c in ("text_encoder", "duration") for m in ("native", "tir", "relax"))
-    ir = {(row[0], row[1]): int(row[2]) for row in body}
+    assert all(row[2] == "native" for row in body)  # the dense method column
+    ir = {(row[0], row[1]): int(row[3]) for row in body}
     assert ir["duration", "relax"] > ir["duration", "tir"] > ir["duration", "native"]
     for m in ("native", "tir", "relax"):
         assert (tmp_path / m / "duration_compiled.so").is_file()

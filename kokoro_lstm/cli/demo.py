@@ -7,7 +7,7 @@ methods (random weights, validated against PyTorch) and print one table.
 Each component is built and exported once, then lowered and compiled with every
 method into ``<output-dir>/<method>/`` (a temporary directory unless
 ``--output-dir``). Columns: IR lines of the Relax module, compile seconds (lower +
-build), runtime of the compiled module (median ms), PyTorch eager (unpatched) ms on
+build), the dense-op lowering (native: the engine's OpenBLAS externs), runtime of the compiled module (median ms), PyTorch eager (unpatched) ms on
 the same input, max error against PyTorch, and the padding error (a shorter text
 padded to --seq-len against the same text unpadded: ~1e-6 with packed semantics).
 """
@@ -34,6 +34,9 @@ def add_arguments(p):
                    help="components (default: text_encoder duration)")
     p.add_argument("--lstm-semantics", default="packed", choices=("packed", "padded"))
     p.add_argument("--target", default="llvm")
+    p.add_argument("--dense-method", default="native", choices=("native", "tvm"),
+                   help="matmul/conv1d lowering: native (engine's OpenBLAS externs, default) "
+                        "or tvm (TVM's own loops)")
     p.add_argument("--output-dir", default=None,
                    help="where the libraries and reports go (default: a temporary directory)")
     p.add_argument("--num-threads", type=int, metavar="N")
@@ -42,7 +45,8 @@ def add_arguments(p):
 
 
 def demo(*, seq_len=32, methods=DEFAULT_METHODS, components=COMPONENTS, output_dir=None,
-         semantics="packed", target="llvm", num_threads=None, verbose=False, stream=None):
+         semantics="packed", target="llvm", num_threads=None, verbose=False, stream=None,
+         dense_method="native"):
     """Run the demo; returns (reports, table text). Prints the table to ``stream``
     (stdout by default)."""
     from .port_encoder import format_table, port
@@ -54,11 +58,14 @@ def demo(*, seq_len=32, methods=DEFAULT_METHODS, components=COMPONENTS, output_d
         reports = port(list(components), list(methods), seq_len=seq_len, aligned_len=seq_len,
                        target=target, semantics=semantics, validate=True, no_weights=True,
                        output_dir=out, num_threads=num_threads, verbose=verbose,
-                       method_subdirs=True)
+                       method_subdirs=True, bert_seq_len=seq_len, dense_method=dense_method)
     table = format_table(reports)
     total = time.perf_counter() - t0
     stream.write(f"Kokoro-82M encoder, random weights, T={seq_len}, {semantics} semantics, "
-                 f"target {target}\n{table}\n")
+                 f"target {target}, dense ops: {dense_method}\n{table}\n")
+    needs = sorted({r["runtime_needs"]["summary"] for r in reports if r.get("runtime_needs")})
+    for n in needs:
+        stream.write(f"artifacts need at run time: {n}\n")
     where = os.path.abspath(output_dir) if output_dir else "a temporary directory (removed)"
     stream.write(f"total {total:.0f} s; libraries and reports in {where}\n")
     stream.flush()
@@ -75,7 +82,8 @@ def run(args) -> int:
         reports, _ = demo(seq_len=args.seq_len, methods=args.methods,
                           components=args.components, output_dir=args.output_dir,
                           semantics=args.lstm_semantics, target=args.target,
-                          num_threads=args.num_threads, verbose=args.verbose)
+                          num_threads=args.num_threads, verbose=args.verbose,
+                          dense_method=args.dense_method)
     except UsageError as e:
         sys.stderr.write(f"kokoro-lstm demo: error: {e}\n")
         return 2

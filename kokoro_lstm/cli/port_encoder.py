@@ -14,6 +14,12 @@ the engine is linked in, so it loads with ``tvm.runtime.load_module`` in any pro
 ``{component}_report.json``. Components, signatures and semantics: see
 :mod:`kokoro_lstm.cli._components`.
 
+Dense ops (``--dense-method``): ``native`` (default) rewrites matmul / linear / conv1d /
+depthwise conv1d_transpose / softmax into the kokoro_lstm engine's OpenBLAS-backed C
+functions and compiles the rest with :func:`kokoro_lstm.tvm.cpu_pipeline` (scheduled,
+no tuning); ``tvm`` leaves everything to TVM's default (untuned) lowering. bert's static
+length is 512 (kokoro-tvm's) unless ``--bert-seq-len``.
+
 Exit status: 0 success, 1 validation above tolerance (or a failed step), 2 bad
 flags, paths or files (one line on stderr).
 """
@@ -35,6 +41,7 @@ __all__ = ["build_parser", "main", "run", "port", "format_table"]
 
 PROG = "kokoro-lstm port-encoder"
 LSTM_METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
+DENSE_METHODS = ("native", "tvm")
 DEFAULT_TOL = 1e-4
 
 # TVM's C++ log lines repeated hundreds of times per build (harmless here).
@@ -56,7 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--component", required=True, choices=COMPONENTS + ("all",),
                    help="component to compile (all: bert, duration, f0n, text_encoder)")
     p.add_argument("--seq-len", type=int, default=512,
-                   help="static text length T (tokens) of bert, duration, text_encoder")
+                   help="static text length T (tokens) of duration and text_encoder")
+    p.add_argument("--bert-seq-len", type=int, default=None, metavar="N",
+                   help="static length of bert (default: 512, bert's max_position_embeddings, "
+                        "whatever --seq-len says -- kokoro-tvm's behaviour, whose validation "
+                        "feeds (1, 512))")
     p.add_argument("--aligned-len", type=int, default=512,
                    help="static aligned (frame) length F of f0n")
     p.add_argument("--target", default="llvm",
@@ -66,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="LSTM lowering (kokoro_lstm.tvm): auto (native on CPU), native (the "
                         "kokoro_lstm C engine), tir (while-loop TIR), relax / topi (unrolled), "
                         "mps (macOS only)")
+    p.add_argument("--dense-method", default="native", choices=DENSE_METHODS,
+                   help="matmul / linear / conv1d lowering: native (default; the kokoro_lstm "
+                        "engine's OpenBLAS externs, linked into the library) or tvm (TVM's own "
+                        "legalization: self-contained, untuned loops, 20-90x slower)")
     p.add_argument("--lstm-semantics", default="packed", choices=("packed", "padded"),
                    help="packed (default): LSTMs honour the runtime lengths, so padding to "
                         "--seq-len never changes the numbers; padded: pack/pad replaced by "
@@ -171,6 +186,8 @@ def _check_target(target):
 def _check_args(args):
     if args.seq_len < 1:
         raise UsageError(f"--seq-len must be positive, got {args.seq_len}")
+    if args.bert_seq_len is not None and args.bert_seq_len < 1:
+        raise UsageError(f"--bert-seq-len must be positive, got {args.bert_seq_len}")
     if args.aligned_len < 1:
         raise UsageError(f"--aligned-len must be positive, got {args.aligned_len}")
     from .. import _threads as thread_rules  # (_threads below is the context manager)
@@ -360,7 +377,7 @@ class _Component:
 
         self.name, self.opts, self.progress = name, opts, progress
         self.cfg = opts["cfg"]
-        self.T = opts["aligned_len"] if name == "f0n" else opts["seq_len"]
+        self.T = {"f0n": opts["aligned_len"], "bert": opts["bert_seq_len"]}.get(name, opts["seq_len"])
         self.times = {}
         packed = opts["semantics"] == "packed"
         self._ctx = (contextlib.nullcontext if packed else C.padded_packing)
@@ -432,10 +449,13 @@ def _port_method(comp, method, out_dir, opts, progress):
     tag = name if not opts.get("multi") else f"{name}/{method}"
     times = {}
     resolved = kt.select_method(target, method)
-    with progress.step(tag, f"lower ({resolved})", times, "lower_s"):
+    dense = opts["dense_method"]
+    with progress.step(tag, f"lower ({resolved}, dense {dense})", times, "lower_s"):
         mod = kt.from_exported_program(comp.ep, lstm_method=resolved, target=target,
                                        unwrap_unit_return_tuple=False)
         mod = _rename_main(mod, comp.function)
+        if dense == "native":
+            mod = kt.prepare(kt.rewrite_dense(mod, num_threads=opts["num_threads"] or 0)[0])
     script = mod.script(show_meta=False)
     ir = kt.ir_size(mod)
     os.makedirs(out_dir, exist_ok=True)
@@ -445,7 +465,12 @@ def _port_method(comp, method, out_dir, opts, progress):
     with open(files["ir"], "w", encoding="utf-8") as f:
         f.write(script)
     with progress.step(tag, "build", times, "build_s"):
-        ex = tvm.compile(mod, target=tvm.target.Target(target))
+        tgt = tvm.target.Target(target)
+        if dense == "native":
+            ex = tvm.compile(mod, target=tgt, relax_pipeline=kt.cpu_pipeline(
+                tgt, parallel=opts["num_threads"] != 1))
+        else:
+            ex = tvm.compile(mod, target=tgt)
         kt.export_library(ex, files["library"])
     vm = relax.VirtualMachine(ex, tvm.cpu())
     fn = vm[comp.function]
@@ -466,9 +491,13 @@ def _port_method(comp, method, out_dir, opts, progress):
         "lstm_method_requested": method,
         "lstm_method": resolved,
         "lstm_semantics": opts["semantics"],
+        "dense_method": dense,
+        "dense_calls": kt.count_dense_calls(script),
+        "runtime_needs": _runtime_needs(ex),
         "target": opts["target_arg"],
         "target_tvm": opts["target_json"],
         "seq_len": opts["seq_len"], "aligned_len": opts["aligned_len"],
+        "bert_seq_len": opts["bert_seq_len"],
         "static_length": comp.T,
         "weights": opts["weights"],
         "modules": opts["modules"],
@@ -533,6 +562,23 @@ def _port_method(comp, method, out_dir, opts, progress):
     return report
 
 
+def _runtime_needs(ex):
+    """What the exported library needs where it runs."""
+    import kokoro_lstm.tvm as kt
+
+    if not kt.uses_engine(ex):
+        return {"summary": "TVM runtime only (libtvm_runtime + libtvm_ffi)",
+                "engine_linked": False, "blas": None}
+    from kokoro_lstm import _build_config
+
+    return {"summary": "TVM runtime (libtvm_runtime + libtvm_ffi) and OpenBLAS; the kokoro_lstm "
+                       "engine is linked into the library (no Python, no kokoro_lstm install)",
+            "engine_linked": True, "blas": _build_config.BLAS,
+            "threads": "engine calls: the count compiled in (--num-threads), else "
+                       "KOKORO_LSTM_NUM_THREADS or the usable cores; TVM's own loops: "
+                       "TVM_NUM_THREADS"}
+
+
 def _versions():
     import torch
     import tvm
@@ -546,12 +592,14 @@ def _versions():
 def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
          semantics="packed", validate=False, checkpoint=None, no_weights=False,
          config=None, output_dir="tvm_output", num_threads=None, tolerance=DEFAULT_TOL,
-         seed=0, verbose=False, progress=None, method_subdirs=None):
+         seed=0, verbose=False, progress=None, method_subdirs=None, bert_seq_len=None,
+         dense_method="native"):
     """Port ``components`` with each of ``methods``; returns the list of reports (one
     per component and method, in that order). Raises UsageError for bad inputs.
 
     With several methods (or ``method_subdirs=True``), each method writes into
-    ``output_dir/<method>/``; otherwise into ``output_dir``.
+    ``output_dir/<method>/``; otherwise into ``output_dir``. ``bert_seq_len`` None:
+    bert at its max_position_embeddings (512), as kokoro-tvm does.
     """
     progress = progress or _Progress(verbose)
     _require_deps()
@@ -560,7 +608,8 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
                      target=target, semantics=semantics, validate=validate,
                      checkpoint=checkpoint, no_weights=no_weights, config=config,
                      output_dir=output_dir, num_threads=num_threads, tolerance=tolerance,
-                     seed=seed, progress=progress, method_subdirs=method_subdirs)
+                     seed=seed, progress=progress, method_subdirs=method_subdirs,
+                     bert_seq_len=bert_seq_len, dense_method=dense_method)
 
 
 # module -> (what to call it, the extra that installs it)
@@ -626,9 +675,24 @@ def _threads(n):
                 pass
 
 
+def resolve_bert_seq_len(cfg, bert_seq_len=None) -> int:
+    """bert's static length: ``bert_seq_len``, or by default bert's
+    max_position_embeddings (512 for Kokoro-82M) -- kokoro-tvm exports bert at 512
+    tokens whatever --seq-len says, and its validation feeds (1, 512)."""
+    max_pos = int(cfg["plbert"]["max_position_embeddings"])
+    if bert_seq_len is None:
+        return max_pos
+    if bert_seq_len < 1:
+        raise UsageError(f"--bert-seq-len must be positive, got {bert_seq_len}")
+    if bert_seq_len > max_pos:
+        raise UsageError(f"--bert-seq-len {bert_seq_len} exceeds bert's max_position_embeddings "
+                         f"({max_pos})")
+    return bert_seq_len
+
+
 def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
           checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
-          progress, method_subdirs):
+          progress, method_subdirs, bert_seq_len=None, dense_method="native"):
     from . import _components as C
 
     target_arg = target
@@ -642,13 +706,18 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
             kt.select_method(target, m)
         except (ValueError, NotImplementedError, RuntimeError) as e:
             raise UsageError(str(e).splitlines()[0]) from None
+    if dense_method not in DENSE_METHODS:
+        raise UsageError(f"unknown --dense-method {dense_method!r} (choose from "
+                         f"{', '.join(DENSE_METHODS)})")
+    try:
+        kt.select_dense_method(target, dense_method)
+    except (ValueError, RuntimeError) as e:
+        raise UsageError(str(e).splitlines()[0]) from None
     cfg = C.load_config(config)
+    bert_len = resolve_bert_seq_len(cfg, bert_seq_len)
     for name in components:
         if name not in COMPONENTS:
             raise UsageError(f"unknown component {name!r}")
-        if name == "bert" and seq_len > cfg["plbert"]["max_position_embeddings"]:
-            raise UsageError(f"--seq-len {seq_len} exceeds bert's max_position_embeddings "
-                             f"({cfg['plbert']['max_position_embeddings']})")
     ckpt = None
     weights = "random (--no-weights)"
     if checkpoint is None and not no_weights:
@@ -668,6 +737,7 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
     km, modules = C.kokoro_modules()
     multi = len(methods) > 1 if method_subdirs is None else method_subdirs
     opts = {"cfg": cfg, "seq_len": seq_len, "aligned_len": aligned_len, "target": target,
+            "bert_seq_len": bert_len, "dense_method": dense_method,
             "target_arg": target_arg, "target_json": target_json,
             "semantics": semantics, "validate": validate, "tolerance": tolerance,
             "seed": seed, "weights": weights, "modules": modules,
@@ -698,9 +768,9 @@ def _fmt(v, spec):
 
 
 def format_table(reports) -> str:
-    """The closing summary: component, method, IR lines, compile s, runtime ms,
-    PyTorch eager ms, max err, padding err."""
-    head = ("component", "method", "IR lines", "compile s", "runtime ms", "torch ms",
+    """The closing summary: component, LSTM method, dense method, IR lines, compile s,
+    runtime ms, PyTorch eager ms, max err, padding err."""
+    head = ("component", "method", "dense", "IR lines", "compile s", "runtime ms", "torch ms",
             "max err", "pad err")
     rows = []
     for r in reports:
@@ -708,7 +778,7 @@ def format_table(reports) -> str:
         meth = r["lstm_method"]
         if r.get("lstm_method_requested") not in (None, meth):
             meth = f"{meth} ({r['lstm_method_requested']})"
-        rows.append((r["component"], meth, str(r["ir_lines"]), _fmt(r["compile_s"], ".1f"),
+        rows.append((r["component"], meth, r.get("dense_method") or "-", str(r["ir_lines"]), _fmt(r["compile_s"], ".1f"),
                      _fmt(r["runtime_ms"], ".3f"), _fmt(r.get("torch_eager_ms"), ".3f"),
                      _fmt(v.get("max_err"), ".2e") + ("" if v.get("passed", True) else " FAIL"),
                      _fmt(v.get("padding_error"), ".2e")))
@@ -716,7 +786,7 @@ def format_table(reports) -> str:
               for i, h in enumerate(head)]
 
     def line(cells):
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])]
@@ -735,7 +805,8 @@ def run(args) -> int:
                        checkpoint=args.checkpoint, no_weights=args.no_weights,
                        config=args.config, output_dir=args.output_dir,
                        num_threads=args.num_threads, tolerance=args.tolerance,
-                       seed=args.seed, verbose=args.verbose)
+                       seed=args.seed, verbose=args.verbose,
+                       bert_seq_len=args.bert_seq_len, dense_method=args.dense_method)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return 2

@@ -46,17 +46,25 @@ Methods (``lstm_method`` / ``method``):
 ``mps``
     Accepted as a name only, to fail with a clear error: it needs macOS with Metal.
 
+Dense ops (matmul, linear, conv1d, depthwise conv1d_transpose): :func:`rewrite_dense`
+replaces them by the engine's OpenBLAS externs (see :mod:`kokoro_lstm.tvm._dense`);
+``kokoro-lstm port-encoder --dense-method native`` (the default) applies it.
+
 TVM is imported lazily: ``import kokoro_lstm.tvm`` imports neither tvm nor torch.
 """
 from __future__ import annotations
 
 from . import _native
+from ._dense import DENSE_METHODS, count_dense_calls, rewrite_dense, select_dense_method
 from ._native import FUNC_NAME as NATIVE_FUNC_NAME
+from ._schedule import cpu_pipeline, prepare
 from ._native import cache_info, clear_cache
 
 __all__ = ["METHODS", "NATIVE_FUNC_NAME", "select_method", "convert_map",
            "from_exported_program", "decomposition_table", "register_native", "ir_size",
-           "clear_cache", "cache_info", "export_library", "export_options", "uses_engine"]
+           "clear_cache", "cache_info", "export_library", "export_options", "uses_engine",
+           "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls",
+           "cpu_pipeline", "prepare"]
 
 #: Every accepted ``lstm_method`` name.
 METHODS = ("auto", "native", "tir", "relax", "topi", "mps")

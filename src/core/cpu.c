@@ -157,6 +157,9 @@ const kl_rsum_entry kl_rsum_list[] = {
 const kl_fp_entry kl_fp_list[] = {
 #include "u64-fingerprint.inc"
 };
+const kl_vunary_entry kl_softmax_list[] = {
+#include "f32-softmax.inc"
+};
 #undef KL_KERNEL
 #define KL_GEMM(arch, wt, isa, gemm, pack) {arch, wt, #isa, #gemm, gemm, pack},
 const kl_gemm_entry kl_gemm_list[] = {
@@ -171,6 +174,7 @@ const size_t kl_vsigmoid_count = COUNT(kl_vsigmoid_list);
 const size_t kl_vtanh_count = COUNT(kl_vtanh_list);
 const size_t kl_rsum_count = COUNT(kl_rsum_list);
 const size_t kl_fp_count = COUNT(kl_fp_list);
+const size_t kl_softmax_count = COUNT(kl_softmax_list);
 const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
 
 /* The first entry of a list for type wt whose features the active level allows
@@ -209,6 +213,7 @@ kl_f32_vunary_fn kl_select_vsigmoid(void) { return first_vunary(kl_vsigmoid_list
 kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_vtanh_list, kl_vtanh_count); }
 kl_f32_rsum_fn kl_select_rsum(void) { FIRST(kl_rsum_list, kl_rsum_count, KL_W_F32, kl_arch_active(), fn); }
 
+kl_f32_vunary_fn kl_select_softmax(void) { return first_vunary(kl_softmax_list, kl_softmax_count); }
 kl_fp_ukernel_fn kl_select_fp(void) { FIRST(kl_fp_list, kl_fp_count, KL_W_F32, kl_arch_active(), fn); }
 
 void kl_f32_activation(int kind, size_t n, const float* x, float* y) {

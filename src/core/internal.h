@@ -104,6 +104,8 @@ kl_status kl_fingerprint(const kl_region* regions, int n, int nth, kl_fp128* res
 /* The fingerprint kernel: folds n bytes (n % 32 == 0) into acc[8]. */
 typedef void (*kl_fp_ukernel_fn)(const void* p, size_t n, uint64_t* acc);
 kl_fp_ukernel_fn kl_select_fp(void);
+/* The active level's row softmax (src/ops/dense.c). */
+kl_f32_vunary_fn kl_select_softmax(void);
 
 /* ---- thread pool (threadpool.c) ---- */
 typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
@@ -152,6 +154,7 @@ unsigned kl_arch_active(void);   /* those the active ISA level allows */
 #define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, float*);
 #include "f32-vsigmoid.inc"
 #include "f32-vtanh.inc"
+#include "f32-softmax.inc"
 #undef KL_KERNEL
 #define KL_KERNEL(arch, wt, isa, fn) float fn(size_t, const float*);
 #include "f32-rsum.inc"
@@ -190,12 +193,12 @@ typedef struct kl_gemm_entry {
 } kl_gemm_entry;
 extern const kl_lstmcell_entry kl_lstmcell_list[];
 extern const kl_lstmproj_entry kl_lstmproj_list[];
-extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[];
+extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[], kl_softmax_list[];
 extern const kl_rsum_entry kl_rsum_list[];
 extern const kl_fp_entry kl_fp_list[];
 extern const kl_gemm_entry kl_gemm_list[];
 extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count,
-    kl_rsum_count, kl_fp_count, kl_gemm_count;
+    kl_rsum_count, kl_fp_count, kl_softmax_count, kl_gemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {

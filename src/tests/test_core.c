@@ -1047,6 +1047,30 @@ static void test_vunary_kernel(const kl_vunary_entry* k, const kl_vunary_entry* 
         "for NaN, no write past n)%s", k->name, what, ref->name, why);
 }
 
+/* Row softmax: finite rows (odd lengths, large magnitudes) within 2e-6 of the scalar
+ * kernel, a row with NaN gives NaN, no write past n. */
+static void test_softmax_kernel(const kl_vunary_entry* k, const kl_vunary_entry* ref) {
+  enum { N = 67 };
+  float x[N], ys[N], yv[N];
+  char why[160] = "";
+  int ok = 1;
+  for (size_t n = 1; n <= N && ok; n += n < 20 ? 1 : 23) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)urand(-30.0, 30.0);
+    for (size_t i = 0; i < N; i++) ys[i] = yv[i] = 12345.0f;
+    ref->fn(n, x, ys);
+    k->fn(n, x, yv);
+    ok = all_close(yv, ys, N, 2e-6, why, sizeof(why), "softmax");
+    if (ok && n > 2) { /* NaN in, NaN out */
+      x[n / 2] = NAN;
+      k->fn(n, x, yv);
+      ok = isnan(yv[0]) && isnan(yv[n - 1]) && yv[n] == 12345.0f;
+      if (!ok) snprintf(why, sizeof(why), " (n=%zu: a NaN input did not give NaN)", n);
+    }
+  }
+  check(ok, "[kernel %s] softmax vs %s, n = 1..20, 43, 66 (tol 2e-6, NaN for NaN, no write past n)%s",
+        k->name, ref->name, why);
+}
+
 static void test_rsum_kernel(const kl_rsum_entry* k, const kl_rsum_entry* ref) {
   char why[160] = "";
   int ok = 1;
@@ -1184,6 +1208,9 @@ static void test_kernel_lists(void) {
   for (size_t i = 0; i + 1 < kl_rsum_count; i++)
     if (cpu_has(kl_rsum_list[i].arch, kl_rsum_list[i].name))
       test_rsum_kernel(&kl_rsum_list[i], &kl_rsum_list[kl_rsum_count - 1]);
+  for (size_t i = 0; i + 1 < kl_softmax_count; i++)
+    if (cpu_has(kl_softmax_list[i].arch, kl_softmax_list[i].name))
+      test_softmax_kernel(&kl_softmax_list[i], &kl_softmax_list[kl_softmax_count - 1]);
   for (size_t i = 0; i + 1 < kl_fp_count; i++)
     if (cpu_has(kl_fp_list[i].arch, kl_fp_list[i].name)) test_fp_kernel(&kl_fp_list[i]);
   for (size_t i = 0; i < kl_gemm_count; i++)

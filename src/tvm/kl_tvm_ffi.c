@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kl_tvm.h"
+#include "kl_tvm_dense.h"
 #include "kokoro_lstm.h"
 
 static kl_tvm_api g_api;
@@ -22,6 +23,8 @@ static int raise_err(const char* kind, const char* msg) {
   g_api.error_set_raised_from_cstr(kind, msg);
   return -1;
 }
+
+int kl_tvm_raise(const char* kind, const char* msg) { return raise_err(kind, msg); }
 
 /* DLTensor* of a tensor argument, or NULL. obj receives its object handle when
  * it is a tensor object (NULL for a raw DLTensor*). */
@@ -152,6 +155,10 @@ typedef struct kl_tvm_func {
 /* Every function of the engine that tvm-ffi can call. */
 static const kl_tvm_func FUNCS[] = {
     {KL_TVM_LSTM_NAME, lstm_forward},
+    {KL_TVM_MATMUL_NAME, kl_tvm_matmul},
+    {KL_TVM_CONV1D_NAME, kl_tvm_conv1d},
+    {KL_TVM_CONV1D_TRANSPOSE_DW_NAME, kl_tvm_conv1d_transpose_dw},
+    {KL_TVM_SOFTMAX_NAME, kl_tvm_softmax},
 };
 
 int kl_tvm_register(const kl_tvm_api* api, char* err, size_t errlen) {

@@ -1,0 +1,74 @@
+/* Dense float32 operators of the engine (dense.c): batched matrix products and
+ * 1-D convolutions on OpenBLAS, threaded on the engine's pool. Used by the TVM
+ * lowering (src/tvm/kl_tvm_dense.c) for the non-LSTM parts of Kokoro's encoder.
+ *
+ * Work is cut into tiles fixed by the shapes (never by the thread count), each
+ * tile one single-threaded sgemm, so results are bitwise identical for any
+ * num_threads. Strides are in elements. */
+#ifndef KL_DENSE_H
+#define KL_DENSE_H
+
+#include <stdint.h>
+
+#include "kokoro_lstm.h"
+
+/* C[b] = A[b] @ op(B[b]) (+ bias) for b in [0, batch):
+ *   A[b]: M x K rows of stride lda, at a + b * sa (sa 0: shared by every b);
+ *   B[b]: K x N (trans_b 0) or N x K (trans_b 1) rows of stride ldb, at b + b * sb;
+ *   bias: N values of stride sbias, or NULL;  C[b]: M x N, stride ldc, at c + b * sc.
+ * num_threads >= 1, or 0 for kl_get_num_threads(). */
+typedef struct kl_matmul_args {
+  int64_t batch, M, N, K;
+  const float* a;
+  int64_t lda, sa;
+  const float* b;
+  int64_t ldb, sb;
+  int trans_b;
+  const float* bias;
+  int64_t sbias;
+  float* c;
+  int64_t ldc, sc;
+  int num_threads;
+} kl_matmul_args;
+
+kl_status kl_f32_matmul(const kl_matmul_args* args);
+
+/* y[n] = conv1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's Conv1d):
+ *   x: [batch, cin, win] compact; w: [cout, cin, ksize] compact;
+ *   y: [batch, cout, wout] compact, wout = (win + pad_l + pad_r - dilation*(ksize-1) - 1)/stride + 1
+ *   (pad_r is implied by wout); bias: cout values or NULL. */
+typedef struct kl_conv1d_args {
+  int64_t batch, cin, cout, win, wout, ksize, stride, dilation, pad_l;
+  const float* x;
+  const float* w;
+  const float* bias;
+  float* y;
+  int num_threads;
+} kl_conv1d_args;
+
+kl_status kl_f32_conv1d(const kl_conv1d_args* args);
+
+/* Depthwise transposed 1-D convolution (ConvTranspose1d with groups == channels,
+ * one output channel per group), NCW:
+ *   x: [batch, ch, win] compact; w: [ch, 1, ksize] compact (PyTorch's IOW);
+ *   y: [batch, ch, wout] compact; y[t] = sum over (i, k) with
+ *   i*stride + k*dilation - pad_l == t of x[i] * w[k]; bias: ch values or NULL. */
+typedef struct kl_conv1d_transpose_dw_args {
+  int64_t batch, ch, win, wout, ksize, stride, dilation, pad_l;
+  const float* x;
+  const float* w;
+  const float* bias;
+  float* y;
+  int num_threads;
+} kl_conv1d_transpose_dw_args;
+
+kl_status kl_f32_conv1d_transpose_dw(const kl_conv1d_transpose_dw_args* args);
+
+
+/* y[r, :] = softmax(x[r, :]) for r in [0, rows), rows of n compact floats;
+ * vectorized for the active ISA (src/kernels/f32-softmax/). exp of arguments
+ * below -87 is flushed to exp(-87) (< 2e-38, nothing after normalization); a row
+ * that is all -inf gives NaN, as in PyTorch. */
+kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int num_threads);
+
+#endif

@@ -1,0 +1,337 @@
+/* tvm-ffi glue of the dense operators (src/ops/dense.h): argument checks and
+ * DLTensor unpacking; destination-passing like kokoro_lstm.lstm_forward_v2.
+ *
+ * kokoro_lstm.matmul_v1(cfg: Shape(abi, trans_b, has_bias, num_threads),
+ *                       A [..., M, K], B [..., K, N] | [..., N, K], [bias [N]], C [..., M, N])
+ *   numpy batch broadcasting where each operand's batch is C's or all ones; every
+ *   matrix needs unit stride along its rows and batch dims that fold into one stride.
+ *   bias: N values along its last dimension (any leading ones, any stride).
+ * kokoro_lstm.conv1d_v1(cfg: Shape(abi, stride, pad_l, pad_r, dilation, has_bias, num_threads),
+ *                       x [N, Cin, W], w [Cout, Cin, K], [bias [Cout]], y [N, Cout, Wout])
+ * kokoro_lstm.conv1d_transpose_dw_v1(cfg: Shape(abi, stride, pad_l, dilation, has_bias,
+ *                       num_threads), x [N, C, W], w [C, 1, K], [bias [C]], y [N, C, Wout])
+ * kokoro_lstm.softmax_v1(cfg: Shape(abi, num_threads), x [..., n], y [..., n])
+ *   softmax over the last axis; compact tensors.
+ *   conv tensors compact; a conv bias is any compact tensor of Cout (C) values.
+ *   num_threads 0: the process default (kl_get_num_threads). */
+#include <stdio.h>
+#include <string.h>
+
+#include "dense.h"
+#include "kl_tvm_dense.h"
+
+#define MAXD 8
+
+typedef struct view {
+  int ndim;
+  int64_t shape[MAXD], strides[MAXD];
+  float* data;
+} view;
+
+static int errf(const char* kind, const char* fn, const char* what) {
+  char msg[400];
+  snprintf(msg, sizeof(msg), "%s: %s", fn, what);
+  return kl_tvm_raise(kind, msg);
+}
+
+static const TVMFFIShapeCell* as_shape(const TVMFFIAny* a) {
+  if (a->type_index != kTVMFFIShape) return NULL;
+  return (const TVMFFIShapeCell*)((const char*)a->v_obj + sizeof(TVMFFIObject));
+}
+
+/* A float32 CPU tensor argument as a view (strides filled in when compact). */
+static int get_view(const char* fn, const TVMFFIAny* arg, const char* name, view* v) {
+  char what[200];
+  const DLTensor* t = NULL;
+  if (arg->type_index == kTVMFFIDLTensorPtr) t = (const DLTensor*)arg->v_ptr;
+  else if (arg->type_index == kTVMFFITensor)
+    t = (const DLTensor*)((const char*)arg->v_obj + sizeof(TVMFFIObject));
+  if (!t) {
+    snprintf(what, sizeof(what), "%s must be a tensor (type index %d)", name, (int)arg->type_index);
+    return errf("TypeError", fn, what);
+  }
+  if (t->device.device_type != kDLCPU) {
+    snprintf(what, sizeof(what), "%s must be a CPU tensor, got device type %d", name,
+             (int)t->device.device_type);
+    return errf("ValueError", fn, what);
+  }
+  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {
+    snprintf(what, sizeof(what), "%s must be float32", name);
+    return errf("TypeError", fn, what);
+  }
+  if (t->ndim < 1 || t->ndim > MAXD) {
+    snprintf(what, sizeof(what), "%s must have 1 to %d dimensions, got %d", name, MAXD, t->ndim);
+    return errf("ValueError", fn, what);
+  }
+  v->ndim = t->ndim;
+  int64_t st = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    v->shape[i] = t->shape[i];
+    v->strides[i] = t->strides ? t->strides[i] : st;
+    st *= t->shape[i];
+  }
+  v->data = (float*)((char*)t->data + t->byte_offset);
+  return 0;
+}
+
+static int64_t numel(const view* v) {
+  int64_t n = 1;
+  for (int i = 0; i < v->ndim; i++) n *= v->shape[i];
+  return n;
+}
+
+static int is_compact(const view* v) {
+  int64_t st = 1;
+  for (int i = v->ndim - 1; i >= 0; i--) {
+    if (v->shape[i] != 1 && v->strides[i] != st) return 0;
+    st *= v->shape[i];
+  }
+  return 1;
+}
+
+/* Batch dims [0, nb) of v, right-aligned against C's batch shape cb[0, ncb):
+ * sets *stride to the element stride of the folded batch (0: broadcast).
+ * Returns 0, or -1 when v's batch is neither C's nor all ones, or does not fold. */
+static int fold_batch(const view* v, int nb, const int64_t* cb, int ncb, int64_t* stride) {
+  int64_t n = 1;
+  for (int i = 0; i < nb; i++) n *= v->shape[i];
+  if (n == 1) {
+    *stride = 0;
+    return 0;
+  }
+  if (nb > ncb) return -1;
+  for (int i = 0; i < ncb; i++) {
+    const int j = i - (ncb - nb);
+    const int64_t d = j >= 0 ? v->shape[j] : 1;
+    if (d != cb[i]) return -1;
+  }
+  /* fold: innermost batch dim with size > 1 gives the stride; each outer one
+   * must continue it */
+  int64_t s = -1, expect = 0;
+  for (int i = nb - 1; i >= 0; i--) {
+    if (v->shape[i] == 1) continue;
+    if (s < 0) {
+      s = v->strides[i];
+      expect = s * v->shape[i];
+    } else {
+      if (v->strides[i] != expect) return -1;
+      expect *= v->shape[i];
+    }
+  }
+  *stride = s;
+  return 0;
+}
+
+/* Row stride of the matrix made of the last two dims (rows, cols): the column
+ * stride must be 1 (or cols <= 1). Returns -1 if not. */
+static int64_t row_stride(const view* v) {
+  const int64_t rows = v->shape[v->ndim - 2], cols = v->shape[v->ndim - 1];
+  if (cols > 1 && v->strides[v->ndim - 1] != 1) return -1;
+  int64_t ld = v->strides[v->ndim - 2];
+  if (rows <= 1 || ld < cols) ld = cols > 0 ? cols : 1; /* any value >= cols is valid for BLAS */
+  return ld;
+}
+
+static int status_err(const char* fn, kl_status s) {
+  return errf(s == KL_ERR_NOMEM ? "MemoryError" : s == KL_ERR_ARG ? "ValueError" : "RuntimeError",
+              fn, kl_status_str(s));
+}
+
+static int check_cfg(const char* fn, const TVMFFIAny* args, int32_t nargs, int ncfg,
+                     const int64_t** cfg) {
+  char what[200];
+  const TVMFFIShapeCell* cell = nargs >= 1 ? as_shape(&args[0]) : NULL;
+  if (!cell) return errf("TypeError", fn, "the first argument must be the config shape");
+  if ((int)cell->size != ncfg || cell->data[0] != KL_TVM_DENSE_ABI) {
+    snprintf(what, sizeof(what),
+             "the module was compiled for calling convention %lld with %zu config values; this "
+             "engine implements v%d with %d: recompile the module",
+             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_DENSE_ABI, ncfg);
+    return errf("RuntimeError", fn, what);
+  }
+  *cfg = cell->data;
+  return 0;
+}
+
+static int check_nargs(const char* fn, int32_t nargs, int want) {
+  if (nargs == want) return 0;
+  char what[120];
+  snprintf(what, sizeof(what), "expected %d arguments for this config, got %d", want, (int)nargs);
+  return errf("TypeError", fn, what);
+}
+
+int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_MATMUL_NAME;
+  char what[300];
+  const int64_t* cfg;
+  result->type_index = kTVMFFINone;
+  if (check_cfg(fn, args, nargs, 4, &cfg)) return -1;
+  const int trans_b = cfg[1] != 0, has_bias = cfg[2] != 0;
+  if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
+  view A, B, C, bias;
+  if (get_view(fn, &args[1], "A", &A) || get_view(fn, &args[2], "B", &B) ||
+      (has_bias && get_view(fn, &args[3], "bias", &bias)) ||
+      get_view(fn, &args[3 + has_bias], "C", &C))
+    return -1;
+  if (A.ndim < 2 || B.ndim < 2 || C.ndim < 2)
+    return errf("ValueError", fn, "A, B and C must have at least 2 dimensions");
+  const int64_t M = A.shape[A.ndim - 2], K = A.shape[A.ndim - 1];
+  const int64_t N = trans_b ? B.shape[B.ndim - 2] : B.shape[B.ndim - 1];
+  const int64_t KB = trans_b ? B.shape[B.ndim - 1] : B.shape[B.ndim - 2];
+  if (KB != K || C.shape[C.ndim - 2] != M || C.shape[C.ndim - 1] != N) {
+    snprintf(what, sizeof(what),
+             "shapes do not match: A [..., %lld, %lld], B%s [..., %lld, %lld], C [..., %lld, %lld]",
+             (long long)M, (long long)K, trans_b ? "^T" : "", (long long)KB, (long long)N,
+             (long long)C.shape[C.ndim - 2], (long long)C.shape[C.ndim - 1]);
+    return errf("ValueError", fn, what);
+  }
+  if (has_bias && (bias.shape[bias.ndim - 1] != N || numel(&bias) != N)) {
+    snprintf(what, sizeof(what), "bias must have %lld values along its last dimension",
+             (long long)N);
+    return errf("ValueError", fn, what);
+  }
+  kl_matmul_args m;
+  memset(&m, 0, sizeof(m));
+  const int ncb = C.ndim - 2;
+  int64_t sc;
+  m.batch = 1;
+  for (int i = 0; i < ncb; i++) m.batch *= C.shape[i];
+  if (fold_batch(&C, ncb, C.shape, ncb, &sc) || fold_batch(&A, A.ndim - 2, C.shape, ncb, &m.sa) ||
+      fold_batch(&B, B.ndim - 2, C.shape, ncb, &m.sb))
+    return errf("ValueError", fn,
+                "batch dimensions must be C's or all ones, and fold into one stride");
+  if (m.batch > 1 && sc == 0) sc = M * N; /* unreachable: C's batch is its own */
+  m.sc = sc;
+  m.lda = row_stride(&A);
+  m.ldb = row_stride(&B);
+  m.ldc = row_stride(&C);
+  if (m.lda < 0 || m.ldb < 0 || m.ldc < 0)
+    return errf("ValueError", fn, "the last dimension of A, B and C must have stride 1");
+  m.M = M;
+  m.N = N;
+  m.K = K;
+  m.trans_b = trans_b;
+  m.a = A.data;
+  m.b = B.data;
+  m.c = C.data;
+  if (has_bias) {
+    m.bias = bias.data;
+    m.sbias = bias.strides[bias.ndim - 1];
+  }
+  m.num_threads = cfg[3] > 0 ? (int)cfg[3] : 0;
+  const kl_status s = kl_f32_matmul(&m);
+  return s == KL_OK ? 0 : status_err(fn, s);
+}
+
+static int conv_common(const char* fn, const TVMFFIAny* args, int has_bias, view* x, view* w,
+                       view* bias, view* y) {
+  if (get_view(fn, &args[1], "x", x) || get_view(fn, &args[2], "w", w) ||
+      (has_bias && get_view(fn, &args[3], "bias", bias)) ||
+      get_view(fn, &args[3 + has_bias], "y", y))
+    return -1;
+  if (x->ndim != 3 || w->ndim != 3 || y->ndim != 3)
+    return errf("ValueError", fn, "x, w and y must be 3-D (NCW, OIW)");
+  if (!is_compact(x) || !is_compact(w) || !is_compact(y) || (has_bias && !is_compact(bias)))
+    return errf("ValueError", fn, "tensors must be compact");
+  if (x->shape[0] != y->shape[0]) return errf("ValueError", fn, "x and y batch sizes differ");
+  return 0;
+}
+
+int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_CONV1D_NAME;
+  char what[300];
+  const int64_t* cfg;
+  result->type_index = kTVMFFINone;
+  if (check_cfg(fn, args, nargs, 7, &cfg)) return -1;
+  const int has_bias = cfg[5] != 0;
+  if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
+  view x, w, bias, y;
+  if (conv_common(fn, args, has_bias, &x, &w, &bias, &y)) return -1;
+  kl_conv1d_args c;
+  memset(&c, 0, sizeof(c));
+  c.batch = x.shape[0];
+  c.cin = x.shape[1];
+  c.win = x.shape[2];
+  c.cout = w.shape[0];
+  c.ksize = w.shape[2];
+  c.wout = y.shape[2];
+  c.stride = cfg[1];
+  c.pad_l = cfg[2];
+  c.dilation = cfg[4];
+  const int64_t pad_r = cfg[3];
+  if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0 || pad_r < 0)
+    return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
+  const int64_t span = c.win + c.pad_l + pad_r - c.dilation * (c.ksize - 1) - 1;
+  const int64_t wout = span < 0 ? 0 : span / c.stride + 1;
+  if (w.shape[1] != c.cin || y.shape[1] != c.cout || c.wout != wout ||
+      (has_bias && numel(&bias) != c.cout)) {
+    snprintf(what, sizeof(what),
+             "shapes do not match: x [%lld, %lld, %lld], w [%lld, %lld, %lld], y [.., %lld, %lld] "
+             "(expected %lld output steps)",
+             (long long)c.batch, (long long)c.cin, (long long)c.win, (long long)c.cout,
+             (long long)w.shape[1], (long long)c.ksize, (long long)y.shape[1], (long long)c.wout,
+             (long long)wout);
+    return errf("ValueError", fn, what);
+  }
+  c.x = x.data;
+  c.w = w.data;
+  c.bias = has_bias ? bias.data : NULL;
+  c.y = y.data;
+  c.num_threads = cfg[6] > 0 ? (int)cfg[6] : 0;
+  const kl_status s = kl_f32_conv1d(&c);
+  return s == KL_OK ? 0 : status_err(fn, s);
+}
+
+int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
+                               TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_CONV1D_TRANSPOSE_DW_NAME;
+  const int64_t* cfg;
+  result->type_index = kTVMFFINone;
+  if (check_cfg(fn, args, nargs, 6, &cfg)) return -1;
+  const int has_bias = cfg[4] != 0;
+  if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
+  view x, w, bias, y;
+  if (conv_common(fn, args, has_bias, &x, &w, &bias, &y)) return -1;
+  kl_conv1d_transpose_dw_args c;
+  memset(&c, 0, sizeof(c));
+  c.batch = x.shape[0];
+  c.ch = x.shape[1];
+  c.win = x.shape[2];
+  c.ksize = w.shape[2];
+  c.wout = y.shape[2];
+  c.stride = cfg[1];
+  c.pad_l = cfg[2];
+  c.dilation = cfg[3];
+  if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0)
+    return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
+  if (w.shape[0] != c.ch || w.shape[1] != 1 || y.shape[1] != c.ch ||
+      (has_bias && numel(&bias) != c.ch))
+    return errf("ValueError", fn, "shapes do not match: x [N, C, W], w [C, 1, K], y [N, C, Wout]");
+  c.x = x.data;
+  c.w = w.data;
+  c.bias = has_bias ? bias.data : NULL;
+  c.y = y.data;
+  c.num_threads = cfg[5] > 0 ? (int)cfg[5] : 0;
+  const kl_status s = kl_f32_conv1d_transpose_dw(&c);
+  return s == KL_OK ? 0 : status_err(fn, s);
+}
+
+int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_SOFTMAX_NAME;
+  const int64_t* cfg;
+  result->type_index = kTVMFFINone;
+  if (check_cfg(fn, args, nargs, 2, &cfg) || check_nargs(fn, nargs, 3)) return -1;
+  view x, y;
+  if (get_view(fn, &args[1], "x", &x) || get_view(fn, &args[2], "y", &y)) return -1;
+  if (x.ndim != y.ndim || numel(&x) != numel(&y) || x.shape[x.ndim - 1] != y.shape[y.ndim - 1])
+    return errf("ValueError", fn, "x and y must have the same shape");
+  if (!is_compact(&x) || !is_compact(&y)) return errf("ValueError", fn, "tensors must be compact");
+  const int64_t n = x.shape[x.ndim - 1];
+  const kl_status s =
+      kl_f32_softmax(n ? numel(&x) / n : 0, n, x.data, y.data, cfg[1] > 0 ? (int)cfg[1] : 0);
+  return s == KL_OK ? 0 : status_err(fn, s);
+}

@@ -1,0 +1,338 @@
+"""The engine's dense externs (src/ops/dense.c, src/tvm/kl_tvm_dense.c) and their
+Relax rewrite (kokoro_lstm.tvm._dense), plus the CPU pipeline's power rewrite.
+
+Externs are called through tvm_ffi.get_global_func with tvm tensors (strided
+views come from torch through DLPack) and checked against NumPy in float64."""
+import numpy as np
+import pytest
+
+from conftest import require
+
+torch = require("torch")
+tvm = require("tvm")
+tvm_ffi = require("tvm_ffi")
+
+from tvm import relax  # noqa: E402
+
+import kokoro_lstm.tvm as kt  # noqa: E402  (registers the engine's functions)
+from kokoro_lstm.tvm import _dense, _schedule  # noqa: E402
+
+RTOL = 2e-5
+
+
+def _fn(name):
+    f = tvm_ffi.get_global_func(name)
+    assert f is not None, name
+    return f
+
+
+def _t(a):
+    """A tvm tensor sharing memory with a (possibly strided) torch tensor."""
+    return tvm_ffi.from_dlpack(a)
+
+
+def _close(got, want):
+    want = np.asarray(want, dtype=np.float64)
+    scale = max(1.0, float(np.abs(want).max()) if want.size else 1.0)
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=0,
+                               atol=RTOL * scale * 10)
+
+
+def _matmul(A, B, C, bias=None, trans_b=False, nth=0):
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, int(trans_b), int(bias is not None), nth])
+    args = [cfg, _t(A), _t(B)] + ([_t(bias)] if bias is not None else []) + [_t(C)]
+    _fn(_dense.MATMUL_FUNC)(*args)
+
+
+# ----------------------------------------------------------------------------------
+# matmul
+# ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("a_shape,b_shape,trans_b", [
+    ((1, 1), (1, 1), False),
+    ((7, 13), (13, 5), False),
+    ((3, 129, 67), (67, 300), False),        # 2-D B shared by a batch; tiles + edges
+    ((2, 3, 17, 9), (2, 3, 9, 11), False),    # batch dims folded
+    ((1, 12, 33, 64), (1, 12, 64, 33), False),  # attention shaped
+    ((5, 31, 8), (1, 8, 6), False),           # B's batch all ones
+    ((300, 70), (257, 70), True),             # linear: W [N, K] read transposed
+    ((4, 10, 16), (4, 19, 16), True),
+    ((6, 0), (0, 4), False),                  # K == 0: zeros
+])
+@pytest.mark.parametrize("nth", [1, 2])
+def test_matmul_against_numpy(a_shape, b_shape, trans_b, nth):
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(*a_shape, generator=g)
+    B = torch.randn(*b_shape, generator=g)
+    want = np.matmul(A.double().numpy(),
+                     np.swapaxes(B.double().numpy(), -1, -2) if trans_b else B.double().numpy())
+    C = torch.full(want.shape, float("nan"))
+    _matmul(A, B, C, trans_b=trans_b, nth=nth)
+    _close(C.numpy(), want)
+
+
+def test_matmul_strided_views_and_bias():
+    """Row strides (views into wider buffers), a strided bias, leading-ones bias."""
+    g = torch.Generator().manual_seed(2)
+    Abuf = torch.randn(40, 50, generator=g)
+    Bbuf = torch.randn(30, 70, generator=g)
+    A = Abuf[3:40, 5:28]          # [37, 23], row stride 50
+    B = Bbuf[2:25, 1:62]          # [23, 61], row stride 70
+    bias_buf = torch.randn(2 * 61, generator=g)
+    bias = bias_buf[::2]          # stride 2
+    Cbuf = torch.full((37, 80), float("nan"))
+    C = Cbuf[:, 4:65]             # [37, 61], row stride 80
+    _matmul(A, B, C, bias=bias)
+    want = A.double().numpy() @ B.double().numpy() + bias.double().numpy()
+    _close(C.numpy(), want)
+    assert torch.isnan(Cbuf[:, :4]).all() and torch.isnan(Cbuf[:, 65:]).all()
+    bias2 = torch.randn(1, 1, 61, generator=g)
+    _matmul(A, B, C, bias=bias2)
+    _close(C.numpy(), A.double().numpy() @ B.double().numpy() + bias2.double().numpy()[0])
+
+
+def test_matmul_bitwise_independent_of_threads():
+    g = torch.Generator().manual_seed(3)
+    A, B = torch.randn(3, 300, 200, generator=g), torch.randn(200, 600, generator=g)
+    outs = []
+    for nth in (1, 2, 3):
+        C = torch.empty(3, 300, 600)
+        _matmul(A, B, C, nth=nth)
+        outs.append(C.clone())
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_matmul_errors():
+    f = _fn(_dense.MATMUL_FUNC)
+    A, B, C = torch.randn(4, 5), torch.randn(6, 3), torch.empty(4, 3)
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 0, 0, 0])
+    with pytest.raises(ValueError, match="shapes do not match"):
+        f(cfg, _t(A), _t(B), _t(C))
+    with pytest.raises(RuntimeError, match="recompile the module"):
+        f(tvm_ffi.Shape([99, 0, 0, 0]), _t(A), _t(A.T.contiguous()), _t(torch.empty(4, 4)))
+    with pytest.raises(TypeError, match="float32"):
+        f(cfg, _t(A.double()), _t(torch.randn(5, 3)), _t(C))
+    with pytest.raises(ValueError, match="stride 1"):
+        f(cfg, _t(torch.randn(5, 4).T), _t(torch.randn(5, 3)), _t(C))
+    with pytest.raises(TypeError, match="arguments"):
+        f(cfg, _t(A), _t(torch.randn(5, 3)))
+
+
+# ----------------------------------------------------------------------------------
+# conv1d and the depthwise transposed conv
+# ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("cin,cout,k,stride,pad,dil,w", [
+    (5, 7, 1, 1, (0, 0), 1, 13),
+    (16, 9, 3, 1, (1, 1), 1, 21),
+    (12, 20, 5, 1, (2, 2), 1, 17),
+    (3, 4, 5, 2, (1, 3), 2, 19),   # stride, dilation, asymmetric padding
+    (8, 6, 3, 1, (0, 0), 1, 3),
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv1d_against_torch(cin, cout, k, stride, pad, dil, w, bias):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, cin, w, generator=g)
+    wt = torch.randn(cout, cin, k, generator=g)
+    b = torch.randn(cout, generator=g) if bias else None
+    want = torch.nn.functional.conv1d(
+        torch.nn.functional.pad(x.double(), pad), wt.double(),
+        b.double() if bias else None, stride=stride, dilation=dil).numpy()
+    y = torch.full(want.shape, float("nan"))
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, stride, pad[0], pad[1], dil, int(bias), 0])
+    _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), *([_t(b.view(1, cout, 1))] if bias else []), _t(y))
+    _close(y.numpy(), want)
+
+
+def test_conv1d_shape_error():
+    x, wt, y = torch.randn(1, 4, 10), torch.randn(3, 4, 3), torch.empty(1, 3, 9)
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, 1, 1, 1, 0, 0])
+    with pytest.raises(ValueError, match="expected 10 output steps"):
+        _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), _t(y))
+
+
+@pytest.mark.parametrize("k,stride,pad,out_pad", [(3, 2, 1, 1), (4, 3, 0, 0), (1, 1, 0, 0)])
+def test_conv1d_transpose_dw_against_torch(k, stride, pad, out_pad):
+    g = torch.Generator().manual_seed(5)
+    C, W = 6, 11
+    x = torch.randn(1, C, W, generator=g)
+    wt = torch.randn(C, 1, k, generator=g)
+    want = torch.nn.functional.conv_transpose1d(x.double(), wt.double(), stride=stride,
+                                                padding=pad, output_padding=out_pad,
+                                                groups=C).numpy()
+    y = torch.full(want.shape, float("nan"))
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, stride, pad, 1, 0, 0])
+    _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(cfg, _t(x), _t(wt), _t(y))
+    _close(y.numpy(), want)
+
+
+# ----------------------------------------------------------------------------------
+# the Relax rewrite, end to end through tvm.compile
+# ----------------------------------------------------------------------------------
+def _build(make):
+    bb = relax.BlockBuilder()
+    make(bb)
+    return bb.get()
+
+
+def _run(mod, inputs, dense):
+    if dense:
+        mod, counts = kt.rewrite_dense(mod)
+        mod = kt.prepare(mod)
+        ex = tvm.compile(mod, target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
+    else:
+        counts = {}
+        ex = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return out.numpy(), counts, ex
+
+
+def test_rewrite_linear_attention_and_conv():
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((24, 10)).astype("float32")
+    bias = rng.standard_normal(24).astype("float32")
+    Wc = rng.standard_normal((6, 4, 5)).astype("float32")
+    bc = rng.standard_normal((1, 6, 1)).astype("float32")
+    Wt = rng.standard_normal((6, 1, 3)).astype("float32")
+
+    def make(bb):
+        x = relax.Var("x", relax.TensorType((1, 7, 10), "float32"))
+        y = relax.Var("y", relax.TensorType((1, 4, 9), "float32"))
+        with bb.function("main", [x, y]):
+            with bb.dataflow():
+                wt = bb.emit(relax.op.permute_dims(relax.const(W), [1, 0]))
+                h = bb.emit(relax.op.matmul(x, wt))                 # linear, W read transposed
+                h = bb.emit(relax.op.add(h, relax.const(bias)))     # bias fused
+                q = bb.emit(relax.op.reshape(h, (1, 7, 2, 12)))
+                q = bb.emit(relax.op.permute_dims(q, [0, 2, 1, 3]))  # [1, 2, 7, 12]
+                k = bb.emit(relax.op.permute_dims(q, [0, 1, 3, 2]))  # [1, 2, 12, 7]
+                s = bb.emit(relax.op.matmul(q, k))                  # batched [1, 2, 7, 7]
+                p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+                o = bb.emit(relax.op.matmul(p, q))                  # [1, 2, 7, 12]
+                o = bb.emit(relax.op.power(o, relax.const(3.0, "float32")))
+                c = bb.emit(relax.op.nn.conv1d(y, relax.const(Wc), padding=[2, 2]))  # [1, 6, 9]
+                c = bb.emit(relax.op.add(c, relax.const(bc)))
+                u = bb.emit(relax.op.nn.conv1d_transpose(c, relax.const(Wt), strides=[2],
+                                                         padding=[1, 1], output_padding=[1],
+                                                         groups=6))  # [1, 6, 18]
+                r = bb.emit(relax.op.add(relax.op.sum(o), relax.op.sum(u)))
+                out = bb.emit_output(relax.op.reshape(r, (1,)))
+            bb.emit_func_output(out)
+
+    mod = _build(make)
+    inputs = [rng.standard_normal((1, 7, 10)).astype("float32"),
+              rng.standard_normal((1, 4, 9)).astype("float32")]
+    want, _, _ = _run(mod, inputs, dense=False)
+    got, counts, ex = _run(mod, inputs, dense=True)
+    assert counts["matmul"] >= 3 and counts["bias_fused"] == 2
+    assert counts["conv1d_transpose_dw"] == 1
+    calls = kt.count_dense_calls(ex.as_text())
+    assert set(calls) == {_dense.MATMUL_FUNC, _dense.CONV1D_FUNC,
+                          _dense.CONV1D_TRANSPOSE_DW_FUNC, _dense.SOFTMAX_FUNC}, calls
+    assert counts["softmax"] == 1
+    assert kt.uses_engine(ex)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_rewrite_leaves_dynamic_and_non_float32_alone():
+    def make(bb):
+        n = tvm.tirx.Var("n", "int64")
+        x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+        z = relax.Var("z", relax.TensorType((3, 8), "float64"))
+        with bb.function("main", [x, z]):
+            with bb.dataflow():
+                a = bb.emit(relax.op.matmul(x, relax.const(np.ones((8, 2), "float32"))))
+                b = bb.emit(relax.op.matmul(z, relax.const(np.ones((8, 2)), "float64")))
+                out = bb.emit_output(relax.Tuple([a, b]))
+            bb.emit_func_output(out)
+
+    mod, counts = kt.rewrite_dense(_build(make))
+    assert counts == {} and "kokoro_lstm." not in mod.script(show_meta=False)
+
+
+def test_power_rewrite_is_exact_enough():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 33)).astype("float32")
+
+    def make(bb):
+        v = relax.Var("x", relax.TensorType((4, 33), "float32"))
+        with bb.function("main", [v]):
+            with bb.dataflow():
+                a = bb.emit(relax.op.power(v, relax.const(3.0, "float32")))
+                b = bb.emit(relax.op.power(relax.op.abs(v), relax.const(0.5, "float32")))
+                c = bb.emit(relax.op.power(v, relax.const(2.0, "float32")))
+                out = bb.emit_output(relax.op.add(relax.op.add(a, b), c))
+            bb.emit_func_output(out)
+
+    mod = _build(make)
+    simplified = _schedule.simplify_power(mod)
+    assert "R.power" not in simplified.script(show_meta=False)
+    ex = tvm.compile(simplified, target="llvm")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(got, xd ** 3 + np.abs(xd) ** 0.5 + xd ** 2, rtol=1e-6, atol=1e-6)
+
+
+def test_num_threads_compiled_into_engine_calls():
+    """rewrite_dense(num_threads=n) puts n into every extern's config and into the
+    LSTM engine call's config (kokoro_lstm.lstm_forward_v2's num_threads)."""
+    from kokoro_lstm.tvm import _native
+
+    cfg = list(_native.Config(abi=_native.ABI_VERSION, num_layers=1, num_directions=1,
+                              has_lengths=0, has_hx=0, batch_first=0, proj_size=0, has_bias=0,
+                              constant_weights=0, dtype=0, num_threads=0, reverse=0))
+
+    def make(bb):
+        x = relax.Var("x", relax.TensorType((3, 4), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = bb.emit(relax.call_dps_packed(_native.FUNC_NAME, [relax.ShapeExpr(cfg), x],
+                                                  relax.TensorType((3, 4), "float32")))
+                z = bb.emit(relax.op.matmul(y, relax.const(np.ones((4, 2), "float32"))))
+                out = bb.emit_output(z)
+            bb.emit_func_output(out)
+
+    mod, counts = kt.rewrite_dense(_build(make), num_threads=3)
+    assert counts == {"matmul": 1, "lstm_threads": 1}
+    text = mod.script(show_meta=False)
+    want = cfg[:10] + [3] + cfg[11:]
+    assert f"R.shape([{', '.join(map(str, want))}])" in text, text
+    assert f"R.shape([{_dense.ABI_VERSION}, 0, 0, 3])" in text
+
+
+# ----------------------------------------------------------------------------------
+# softmax
+# ----------------------------------------------------------------------------------
+def _softmax_ref(x):
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - m)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("isa", ["active", "scalar", "avx2", "avx512"])
+def test_softmax_against_numpy(isa):
+    from kokoro_lstm import _core
+
+    before = _core.get_isa()
+    if isa != "active":
+        try:
+            _core.set_isa(isa)
+        except Exception:  # noqa: BLE001 - this CPU lacks it
+            pytest.skip(f"{isa} not available")
+    try:
+        g = torch.Generator().manual_seed(6)
+        for shape in [(1,), (3, 17), (2, 5, 33), (4, 512), (7, 1)]:
+            x = torch.randn(*shape, generator=g) * 10
+            x.view(-1)[::3] = -1e30           # masked entries (-inf-like)
+            y = torch.full(shape, float("nan"))
+            _fn(_dense.SOFTMAX_FUNC)(tvm_ffi.Shape([_dense.ABI_VERSION, 0]), _t(x), _t(y))
+            np.testing.assert_allclose(y.numpy(), _softmax_ref(x.numpy()), rtol=1e-5, atol=1e-7)
+        x = torch.full((2, 9), float("-inf"))
+        x[1, 3] = 0.5
+        y = torch.empty(2, 9)
+        _fn(_dense.SOFTMAX_FUNC)(tvm_ffi.Shape([_dense.ABI_VERSION, 2]), _t(x), _t(y))
+        assert torch.isnan(y[0]).all()        # an all -inf row: NaN, as in PyTorch
+        assert y[1, 3] == 1.0 and y[1].sum() == 1.0
+    finally:
+        _core.set_isa(before)
