@@ -10,7 +10,6 @@ checks what it needs for that, with messages that name the argument.
 from __future__ import annotations
 
 import math
-import os
 import re
 import itertools
 import weakref

@@ -55,7 +55,6 @@ Typical use (non-strict or strict export, static or dynamic shapes)::
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 import warnings
