@@ -114,9 +114,10 @@ kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
  *
  * Weights are packed on first use and cached, keyed on the weights' addresses,
  * shapes and strides. The cache is never stale: unless constant_weights is set,
- * a hit is used only after a 128-bit fingerprint of the cached weights' current
- * bytes matches the one taken *before* they were packed (float32/float64 W_ih is
- * not copied at all: the input GEMM reads it in place on every call). A call
+ * a call that hits runs and then checks that a 128-bit fingerprint of the
+ * cached weights' current bytes matches the one taken *before* they were packed;
+ * if not, it repacks and runs again, overwriting its outputs (float32/float64
+ * W_ih is not copied at all: the input GEMM reads it in place). A call
  * that overlaps a write to the weights may see either weights; once writes
  * stop, every call is right. constant_weights = 1 is the caller's promise that
  * the weights never change while their memory lives (compile-time constants of
