@@ -6,6 +6,7 @@ pass by skipping. Tests marked ``slow`` run when CI or KOKORO_LSTM_SLOW is set.
 """
 import importlib
 import os
+import warnings
 
 import pytest
 
@@ -39,3 +40,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# Kokoro-82M's encoder config (the `kokoro` package's real modules, random init)
+HIDDEN, STYLE, NLAYER, MAX_DUR, N_TOKEN, KERNEL, DROPOUT = 512, 128, 3, 50, 178, 5, 0.2
+
+
+@pytest.fixture(scope="module")
+def km():
+    """kokoro.modules (its import warns about weight_norm and dropout)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return require("kokoro.modules")

@@ -77,13 +77,6 @@ def _inputs(component, length, seed=7):
     return C.example_inputs(component, CFG, T, length, gen)
 
 
-@pytest.fixture(scope="module")
-def km():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return require("kokoro.modules")
-
-
 # --------------------------------------------------------------------------------------
 # end to end: every LSTM component with native and tir, --validate
 # --------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import require
+from conftest import DROPOUT, HIDDEN, KERNEL, MAX_DUR, N_TOKEN, NLAYER, STYLE, require
 
 torch = require("torch")
 ort = require("onnxruntime")
@@ -188,16 +188,6 @@ def test_without_the_table_torch_fails_naming_the_op(tmp_path):
 # --------------------------------------------------------------------------------------
 # the real Kokoro modules (Kokoro-82M's config, random init)
 # --------------------------------------------------------------------------------------
-HIDDEN, STYLE, NLAYER, MAX_DUR, N_TOKEN, KERNEL, DROPOUT = 512, 128, 3, 50, 178, 5, 0.2
-
-
-@pytest.fixture(scope="module")
-def km():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return require("kokoro.modules")
-
-
 def _build(factory):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # weight_norm deprecation, dropout with 1 layer

@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 
-from conftest import require
+from conftest import DROPOUT, HIDDEN, KERNEL, MAX_DUR, N_TOKEN, NLAYER, STYLE, require
 
 torch = require("torch")
 
@@ -571,16 +571,6 @@ def test_exportable_packing_semantics():
 # --------------------------------------------------------------------------------------
 # the real Kokoro modules (pip package `kokoro`; Kokoro-82M's config, random init)
 # --------------------------------------------------------------------------------------
-HIDDEN, STYLE, NLAYER, MAX_DUR, N_TOKEN, KERNEL, DROPOUT = 512, 128, 3, 50, 178, 5, 0.2
-
-
-@pytest.fixture(scope="module")
-def km():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return require("kokoro.modules")
-
-
 def _twins(factory):
     """(reference, patched) instances with identical weights; the patched one loads
     the reference's state_dict after patching."""

@@ -43,11 +43,12 @@ static int64_t stride_of(const DLTensor* t, int i) {
 
 static const void* data_of(const DLTensor* t) { return (const char*)t->data + t->byte_offset; }
 
-static void shape_str(const DLTensor* t, char* buf, size_t n) {
+/* "(a, b, c)" of ndim sizes ("(a,)" for one). */
+static void shape_str(int ndim, const int64_t* shape, char* buf, size_t n) {
   size_t k = (size_t)snprintf(buf, n, "(");
-  for (int i = 0; i < t->ndim && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)t->shape[i]);
-  if (k < n) snprintf(buf + k, n - k, t->ndim == 1 ? ",)" : ")");
+  for (int i = 0; i < ndim && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+  if (k < n) snprintf(buf + k, n - k, ndim == 1 ? ",)" : ")");
 }
 
 /* Checks device, dtype, rank and shape (-1 = any). */
@@ -65,16 +66,12 @@ static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType wa
                 (int)t->device.device_type);
   if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != 1)
     return fail("%s must have dtype %s, got %s", name, dtype_name(want), dtype_name(t->dtype));
-  char got[96];
-  shape_str(t, got, sizeof(got));
+  char got[96], exp[96];
+  shape_str(t->ndim, t->shape, got, sizeof(got));
   if (t->ndim != ndim) return fail("%s must be %d-D, got shape %s", name, ndim, got);
   for (int i = 0; i < ndim; i++)
     if (shape[i] >= 0 && t->shape[i] != shape[i]) {
-      char exp[96];
-      size_t k = (size_t)snprintf(exp, sizeof(exp), "(");
-      for (int j = 0; j < ndim; j++)
-        k += (size_t)snprintf(exp + k, sizeof(exp) - k, j ? ", %lld" : "%lld", (long long)shape[j]);
-      snprintf(exp + k, sizeof(exp) - k, ndim == 1 ? ",)" : ")");
+      shape_str(ndim, shape, exp, sizeof(exp));
       return fail("%s must have shape %s, got %s", name, exp, got);
     }
   return KL_OK;

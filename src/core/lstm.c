@@ -185,7 +185,7 @@ int kl_lstm_can_borrow_wih(const kl_lstm_desc* desc) {
 kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl_lstm** out) {
   if (!desc || !weights || !out) return KL_ERR_ARG;
   *out = NULL;
-  if (!desc_ok(desc)) return KL_ERR_ARG;
+  if (!desc_ok(desc)) return KL_ERR_ARG; /* before sizing the array below */
   const int D = desc->bidirectional ? 2 : 1, n = desc->num_layers * D;
   const int64_t R = desc->proj_size ? desc->proj_size : desc->hidden_size;
   kl_wsrc* w = calloc((size_t)n, sizeof(kl_wsrc));
