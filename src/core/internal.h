@@ -111,6 +111,7 @@ kl_f32_vunary_fn kl_select_softmax(void);
 typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
 /* Runs fn(ctx, i, nth) for i in [0, nth) on the persistent pool; the caller
  * runs i == 0. Returns KL_ERR_THREAD if workers could not be started. */
+#define KL_MAX_THREADS 512 /* kl_pool_run clamps nth to it; < 1024: nth travels in the low bits of gen */
 kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx);
 
 /* Barrier for a fixed group of threads (one per direction group): spins

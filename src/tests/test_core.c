@@ -6,7 +6,7 @@
  * sequence's length are 0; h_n / c_n are the states after each sequence's
  * last valid step), for every ISA the CPU supports and every dtype:
  *   float32 within 2e-6, bfloat16 within 1e-2, float64 within 1e-12.
- * Results must be bitwise identical for 1, 2 and 4 threads, bad arguments
+ * Results must be bitwise identical for 1, 2, 4 and 16 threads, bad arguments
  * must give KL_ERR_ARG.
  *
  * Every kernel of every kernel list (src/kernels/<op>.inc) that this CPU can
@@ -580,7 +580,11 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
             r1.pad_ok ? "" : " ROW PADDING OVERWRITTEN");
       int same = 1;
       char detail[128] = "";
-      for (int nth = 2; nth <= 4; nth *= 2) {
+      /* 16 threads: 8 per direction, so batches of more than one chunk
+       * (B > 16) run on a grid of chunk groups x unit threads */
+      static const int nths[] = {2, 4, 16};
+      for (size_t k = 0; k < sizeof(nths) / sizeof(nths[0]); k++) {
+        const int nth = nths[k];
         run_engine(lm, NULL, &in, nth, &rn);
         if (rn.st != KL_OK || memcmp(rn.ybuf, r1.ybuf, r1.ybytes) != 0 ||
             memcmp(rn.hn, r1.hn, r1.hnbytes) != 0 || memcmp(rn.cn, r1.cn, r1.cnbytes) != 0) {
@@ -590,7 +594,7 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
         }
         result_free(&rn);
       }
-      check(same, "%s num_threads 1,2,4 bitwise identical%s", tag, detail);
+      check(same, "%s num_threads 1,2,4,16 bitwise identical%s", tag, detail);
       test_forward_entry(&m, &in, &r1, tag);
     }
     result_free(&r1);
