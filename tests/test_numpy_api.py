@@ -22,8 +22,8 @@ _core = kl._core
 
 F32_TOL = 2e-6
 F64_TOL = 1e-12
-ISAS = ["scalar", "avx2", "avx512", "avx512-bf16", "neon", "neon-bf16"]
-ISA_LADDERS = (["scalar", "avx2", "avx512", "avx512-bf16"], ["scalar", "neon", "neon-bf16"])  # x86-64, aarch64
+ISAS = ["scalar", "avx2", "avx512", "avx512-bf16", "avx512-amx", "neon", "neon-bf16"]
+ISA_LADDERS = (["scalar", "avx2", "avx512", "avx512-bf16", "avx512-amx"], ["scalar", "neon", "neon-bf16"])  # x86-64, aarch64
 
 
 # --------------------------------------------------------------------------
