@@ -6,44 +6,17 @@
  * That panel layout is already AMX's B-tile layout: the 16 columns of group j
  * at pair kp are 64 bytes, and pair kp+1 of the same group lies 256 bytes on.
  *
- * Tiles: C0..C3 (tmm0-3) one 16-row block of a whole 64-column panel, A (tmm4)
- * 16 rows x 16 pairs, B (tmm5/tmm6 alternating) 16 pairs x 16 columns. A row
- * tail (M % 16) runs with a tile configuration of that many rows; a pair tail
- * (Kp % 16) reads zero-padded copies, so no tile reads past its operand (and
- * padding never meets a NaN or an infinity of the next row).
- * tdpbf16ps treats bfloat16 denormal inputs as zero and flushes float32
- * denormal results, as vdpbf16ps does. The tile state is per thread: every
- * call loads its configuration and releases the tiles when done.
- * GCC's tile intrinsics are asm statements that do not tell the compiler they
- * read memory: a buffer written here must be followed by KL_MEMORY_BARRIER
- * before a tile load reads it, or its stores may be dropped or sunk. */
-#include <immintrin.h>
-#include <stdint.h>
-#include <string.h>
-
+ * Per block: C0..C3 one 16-row block of a whole 64-column panel, A 16 rows x
+ * 16 pairs, B alternating between two tiles (amx-tile.h). A row tail (M % 16)
+ * runs with a tile configuration of that many rows; a pair tail (Kp % 16)
+ * reads zero-padded copies, so no tile reads past its operand (and padding
+ * never meets a NaN or an infinity of the next row). tdpbf16ps treats
+ * bfloat16 denormal inputs as zero and flushes float32 denormal results, as
+ * vdpbf16ps does, but rounds its pair sums differently (a few float32 ulp on
+ * random data), so the avx512-amx and avx512-bf16 levels give different bits.
+ * Each output row depends on its own A row only, whatever the tile rows. */
 #include "internal.h"
-
-#define KL_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
-
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-static void configure(int rows) {
-  _Alignas(64) tile_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.palette = 1;
-  for (int t = 0; t < 7; t++) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = (uint8_t)(t <= 4 ? rows : 16); /* C0-3 and A: the block's rows; B: 16 pairs */
-  }
-  KL_MEMORY_BARRIER();
-  _tile_loadconfig(&cfg);
-}
-
-#define KB 16 /* bfloat16 pairs per A/B tile */
+#include "amx-tile.h"
 
 /* one row block (rows <= 16, as configured) of one 64-column panel */
 static void block(size_t Kp, const uint32_t* A, const uint16_t* wp, const uint8_t* btail,
@@ -52,8 +25,8 @@ static void block(size_t Kp, const uint32_t* A, const uint16_t* wp, const uint8_
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  const size_t kfull = Kp / KB * KB;
-  for (size_t kb = 0; kb < kfull; kb += KB) {
+  const size_t kfull = Kp / KL_AMX_KB * KL_AMX_KB;
+  for (size_t kb = 0; kb < kfull; kb += KL_AMX_KB) {
     _tile_loadd(4, A + kb, Kp * sizeof(uint32_t));
     const uint16_t* w = wp + kb * 128;
     _tile_loadd(5, w, 256);
@@ -66,12 +39,12 @@ static void block(size_t Kp, const uint32_t* A, const uint16_t* wp, const uint8_
     _tile_dpbf16ps(3, 4, 6);
   }
   if (kfull < Kp) {
-    uint32_t at[16 * KB];
+    uint32_t at[16 * KL_AMX_KB];
     memset(at, 0, sizeof(at));
     for (int r = 0; r < rows; r++)
-      memcpy(at + (size_t)r * KB, A + (size_t)r * Kp + kfull, (Kp - kfull) * sizeof(uint32_t));
+      memcpy(at + (size_t)r * KL_AMX_KB, A + (size_t)r * Kp + kfull, (Kp - kfull) * sizeof(uint32_t));
     KL_MEMORY_BARRIER();
-    _tile_loadd(4, at, KB * sizeof(uint32_t));
+    _tile_loadd(4, at, KL_AMX_KB * sizeof(uint32_t));
     _tile_loadd(5, btail, 64);
     _tile_dpbf16ps(0, 4, 5);
     _tile_loadd(6, btail + 1024, 64);
@@ -90,24 +63,18 @@ static void block(size_t Kp, const uint32_t* A, const uint16_t* wp, const uint8_
 
 void kl_bf16_gemm_ukernel__amx(size_t M, size_t N, size_t Kp, const uint32_t* A,
                                const uint16_t* W, float* C, size_t ldc) {
-  const size_t mfull = M / 16 * 16, kfull = Kp / KB * KB;
-  _Alignas(64) uint8_t btail[4 * 1024]; /* the pair tail of each column group, zero-padded */
+  const size_t mfull = M / 16 * 16, kfull = Kp / KL_AMX_KB * KL_AMX_KB;
+  _Alignas(64) uint8_t btail[4 * 1024];
   for (size_t n0 = 0; n0 < N; n0 += 64) {
     const uint16_t* wp = W + (n0 / 64) * Kp * 128;
-    if (kfull < Kp) {
-      memset(btail, 0, sizeof(btail));
-      for (size_t kp = kfull; kp < Kp; kp++)
-        for (int j = 0; j < 4; j++)
-          memcpy(btail + (size_t)j * 1024 + (kp - kfull) * 64, wp + (kp * 4 + (size_t)j) * 32, 64);
-      KL_MEMORY_BARRIER();
-    }
+    if (kfull < Kp) kl_amx_panel_tail(wp, kfull, Kp, btail);
     if (mfull) {
-      configure(16);
+      kl_amx_configure(16);
       for (size_t m = 0; m < mfull; m += 16)
         block(Kp, A + m * Kp, wp, btail, 16, C + m * ldc + n0, ldc);
     }
     if (mfull < M) {
-      configure((int)(M - mfull));
+      kl_amx_configure((int)(M - mfull));
       block(Kp, A + mfull * Kp, wp, btail, (int)(M - mfull), C + mfull * ldc + n0, ldc);
     }
   }
