@@ -231,8 +231,9 @@ static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
 kl_kernels kl_select_kernels(kl_wtype wt) {
   const unsigned arch = kl_arch_active();
   const kl_gemm_entry* g = first_gemm(wt, arch);
-  const kl_kernels k = {first_cell(wt, arch), first_proj(wt, arch), g ? g->gemm : NULL,
-                        g ? g->pack : NULL};
+  kl_kernels k = {first_cell(wt, arch & ~KL_ARCH_AMX_BF16), first_cell(wt, arch),
+                  first_proj(wt, arch), g ? g->gemm : NULL, g ? g->pack : NULL};
+  if (k.cell_batch == k.cell) k.cell_batch = NULL;
   return k;
 }
 

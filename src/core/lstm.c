@@ -373,11 +373,13 @@ static void cell_step(const run_ctx* x, int d, int64_t s, size_t n, kl_cell_row*
                       size_t blk0, size_t blk1) {
   const kl_lstm* m = x->m;
   const void *w = x->L->w_hh[d], *bias = x->L->bias[d];
+  const kl_lstmcell_ukernel_fn cell =
+      m->k.cell_batch && x->B >= KL_CELL_BATCH_MIN ? m->k.cell_batch : m->k.cell;
   if (!(s & 1)) {
-    m->k.cell(m->R, m->Hp, blk0, blk1, w, bias, n, rows);
+    cell(m->R, m->Hp, blk0, blk1, w, bias, n, rows);
     return;
   }
-  for (size_t blk = blk1; blk > blk0; blk--) m->k.cell(m->R, m->Hp, blk - 1, blk, w, bias, n, rows);
+  for (size_t blk = blk1; blk > blk0; blk--) cell(m->R, m->Hp, blk - 1, blk, w, bias, n, rows);
 }
 
 static void run_direction(const run_ctx* x, int d, int gi, split_plan sp, int ith) {

@@ -1237,17 +1237,22 @@ static void test_dispatch(const char* name) {
   char why[200] = "";
   for (size_t t = 0; t < sizeof(wts) / sizeof(wts[0]); t++) {
     const kl_kernels k = kl_select_kernels(wts[t]);
-    const kl_lstmcell_entry* want = NULL;
+    /* the first allowed entry for batches; without AMX tiles for small calls */
+    const kl_lstmcell_entry *want = NULL, *small = NULL;
     for (size_t i = 0; i < kl_lstmcell_count && !want; i++)
       if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~arch) == 0) want = &kl_lstmcell_list[i];
-    if (!want || k.cell != want->fn) {
+    for (size_t i = 0; i < kl_lstmcell_count && !small; i++)
+      if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~(arch & ~KL_ARCH_AMX_BF16)) == 0)
+        small = &kl_lstmcell_list[i];
+    if (!want || !small || k.cell != small->fn || (k.cell_batch ? k.cell_batch : k.cell) != want->fn) {
       ok = 0;
       snprintf(why, sizeof(why), " (%s)", wtype_name(wts[t]));
     } else {
       snprintf(why + strlen(why), sizeof(why) - strlen(why), " %s=%s", wtype_name(wts[t]), want->name);
     }
   }
-  check(ok, "[%s] dispatch picks the first allowed list entry per type:%s", name, why);
+  check(ok, "[%s] dispatch picks the first allowed list entry per type (without AMX below %d rows):%s",
+        name, KL_CELL_BATCH_MIN, why);
 }
 
 /* ---- main ---------------------------------------------------------------- */
