@@ -190,6 +190,10 @@ const kl_fp_entry kl_fp_list[] = {
 const kl_vunary_entry kl_softmax_list[] = {
 #include "f32-softmax.inc"
 };
+const kl_f32_gemm_entry kl_f32_gemm_list[] = {
+#include "f32-gemm.inc"
+    {0, KL_W_F32, NULL, NULL, NULL} /* end (the list may be empty) */
+};
 #undef KL_KERNEL
 #define KL_GEMM(arch, wt, isa, gemm, pack) {arch, wt, #isa, #gemm, gemm, pack},
 const kl_gemm_entry kl_gemm_list[] = {
@@ -206,6 +210,7 @@ const size_t kl_rsum_count = COUNT(kl_rsum_list);
 const size_t kl_fp_count = COUNT(kl_fp_list);
 const size_t kl_softmax_count = COUNT(kl_softmax_list);
 const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
+const size_t kl_f32_gemm_count = COUNT(kl_f32_gemm_list) - 1;
 
 /* The first entry of a list for type wt whose features the active level allows
  * (NULL if none: lists end with a scalar entry per type, except the GEMM's). */
@@ -222,6 +227,9 @@ static kl_lstmcell_ukernel_fn first_cell(kl_wtype wt, unsigned arch) {
 static kl_lstmproj_ukernel_fn first_proj(kl_wtype wt, unsigned arch) {
   FIRST(kl_lstmproj_list, kl_lstmproj_count, wt, arch, fn);
 }
+static kl_f32_gemm_ukernel_fn first_f32_gemm(kl_wtype wt, unsigned arch) {
+  FIRST(kl_f32_gemm_list, kl_f32_gemm_count, wt, arch, fn);
+}
 static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
   for (size_t i = 0; i < kl_gemm_count; i++)
     if (kl_gemm_list[i].wt == wt && (kl_gemm_list[i].arch & ~arch) == 0) return &kl_gemm_list[i];
@@ -231,8 +239,12 @@ static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
 kl_kernels kl_select_kernels(kl_wtype wt) {
   const unsigned arch = kl_arch_active();
   const kl_gemm_entry* g = first_gemm(wt, arch);
-  kl_kernels k = {first_cell(wt, arch & ~KL_ARCH_AMX_BF16), first_cell(wt, arch),
-                  first_proj(wt, arch), g ? g->gemm : NULL, g ? g->pack : NULL};
+  kl_kernels k = {.cell = first_cell(wt, arch & ~KL_ARCH_AMX_BF16),
+                  .cell_batch = first_cell(wt, arch),
+                  .proj = first_proj(wt, arch),
+                  .gemm = g ? g->gemm : NULL,
+                  .gemm_f32 = first_f32_gemm(wt, arch),
+                  .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
   return k;
 }

@@ -543,9 +543,13 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     const int64_t nc = (int64_t)H - c0 < ncol ? (int64_t)H - c0 : ncol;
     const kl_wih_view* v = &x->wv[d];
     char* C = x->G + ((size_t)r0 * x->ldg + (size_t)blk * Hp + (size_t)c0) * esz;
-    gemm(m, mr, nc, (int64_t)K, x->in + (size_t)(r0 * x->lda) * esz, x->lda,
-         (const char*)v->w + (size_t)((g * v->gstride + c0) * v->ld) * esz, v->ld, C,
-         (int64_t)x->ldg);
+    const char* A = x->in + (size_t)(r0 * x->lda) * esz;
+    const char* W = (const char*)v->w + (size_t)((g * v->gstride + c0) * v->ld) * esz;
+    if (m->k.gemm_f32 && M < KL_F32_GEMM_MAX_M) /* by the shape only, never the thread count */
+      m->k.gemm_f32((size_t)mr, (size_t)nc, K, (const float*)A, (size_t)x->lda, (const float*)W,
+                    (size_t)v->ld, (float*)C, x->ldg);
+    else
+      gemm(m, mr, nc, (int64_t)K, A, x->lda, W, v->ld, C, (int64_t)x->ldg);
     if (c0 + nc == (int64_t)H && Hp > H)
       for (int64_t r = 0; r < mr; r++) memset(C + ((size_t)r * x->ldg + (size_t)nc) * esz, 0, (Hp - H) * esz);
   }

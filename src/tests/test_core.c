@@ -1150,6 +1150,56 @@ static void test_gemm_kernel(const kl_gemm_entry* k) {
         "13, 16, 18, 35, K = 1, 37, 64, N = 64, 128%s", k->name, wtype_name(k->wt), k->isa, why);
 }
 
+/* A float32 few-row projection against a double product: odd M, N and K around
+ * the tiles (6 rows, 4 columns, 16 k), strided operands, W read in place, no
+ * write past N; an infinity and a NaN in A reach exactly their row. */
+static void test_f32_gemm_kernel(const kl_f32_gemm_entry* k) {
+  const size_t Ms[] = {1, 5, 6, 13, 31}, Ns[] = {1, 3, 4, 7, 64}, Ks[] = {1, 15, 16, 37};
+  char why[200] = "";
+  int ok = 1;
+  for (size_t mi = 0; mi < 5 && ok; mi++)
+    for (size_t ni = 0; ni < 5 && ok; ni++)
+      for (size_t ki = 0; ki < 4 && ok; ki++) {
+        const size_t M = Ms[mi], N = Ns[ni], K = Ks[ki], lda = K + 3, ldw = K + 5, ldc = N + 2;
+        float* A = xcalloc(M * lda, sizeof(float));
+        float* W = xcalloc(N * ldw, sizeof(float));
+        float* C = xcalloc(M * ldc, sizeof(float));
+        for (size_t i = 0; i < M * lda; i++) A[i] = (float)urand(-2.0, 2.0);
+        for (size_t i = 0; i < N * ldw; i++) W[i] = (float)urand(-0.5, 0.5);
+        const size_t inf_row = M > 2 ? 1 : M, nan_row = M > 2 ? M - 1 : M; /* M <= 2: none */
+        if (inf_row < M) A[inf_row * lda + K / 2] = INFINITY;
+        if (nan_row < M) A[nan_row * lda] = NAN;
+        for (size_t i = 0; i < M * ldc; i++) C[i] = 777.0f;
+        k->fn(M, N, K, A, lda, W, ldw, C, ldc);
+        for (size_t m = 0; m < M && ok; m++)
+          for (size_t n = 0; n < ldc && ok; n++) {
+            const float got = C[m * ldc + n];
+            if (n >= N) {
+              if (got != 777.0f) { ok = 0; snprintf(why, sizeof(why), " (wrote past N)"); }
+              continue;
+            }
+            double ref = 0.0, mag = 0.0;
+            for (size_t kk = 0; kk < K; kk++) {
+              ref += (double)A[m * lda + kk] * (double)W[n * ldw + kk];
+              mag += fabs((double)A[m * lda + kk] * (double)W[n * ldw + kk]);
+            }
+            const int bad = m == nan_row ? !isnan(got)
+                          : isinf(ref) || isnan(ref) ? !(isnan(got) && isnan(ref)) && got != (float)ref
+                          : !(fabs((double)got - ref) <= 1e-6 * (1.0 + mag));
+            if (bad) {
+              ok = 0;
+              snprintf(why, sizeof(why), " (M=%zu N=%zu K=%zu C[%zu,%zu] = %.9g, want %.9g)", M, N, K,
+                       m, n, (double)got, ref);
+            }
+          }
+        free(A);
+        free(W);
+        free(C);
+      }
+  check(ok, "[kernel %s] f32 few-row GEMM vs a double product: M = 1, 5, 6, 13, 31, N = 1, 3, 4, "
+        "7, 64, K = 1, 15, 16, 37, strided, +inf and NaN rows%s", k->name, why);
+}
+
 /* The portable half conversions: every half widens exactly and narrows back to
  * itself; floats round to nearest even (midpoints between neighbouring halves),
  * overflow to inf, NaN stays NaN. */
@@ -1219,6 +1269,9 @@ static void test_kernel_lists(void) {
     if (cpu_has(kl_fp_list[i].arch, kl_fp_list[i].name)) test_fp_kernel(&kl_fp_list[i]);
   for (size_t i = 0; i < kl_gemm_count; i++)
     if (cpu_has(kl_gemm_list[i].arch, kl_gemm_list[i].name)) test_gemm_kernel(&kl_gemm_list[i]);
+  for (size_t i = 0; i < kl_f32_gemm_count; i++)
+    if (cpu_has(kl_f32_gemm_list[i].arch, kl_f32_gemm_list[i].name))
+      test_f32_gemm_kernel(&kl_f32_gemm_list[i]);
   /* every weight type has a scalar kernel, so the dispatch never comes back empty */
   const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
   int ok = 1;
