@@ -220,6 +220,12 @@ def record(target, command, stamp_dir=None):
         json.dump(command, f)
 
 
+def _short(path):
+    """path relative to ROOT when inside it (the commands run in ROOT)."""
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith(os.pardir) else rel
+
+
 def object_path(out_dir, source):
     return os.path.join(out_dir, os.path.splitext(source)[0] + ".o")
 
@@ -254,7 +260,7 @@ def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=Tru
 
     def compile_one(src):
         obj = object_path(out_dir, src)
-        command = cc + cflags + isa_flags(src, arch) + ["-MMD", "-c", src, "-o", obj]
+        command = cc + cflags + isa_flags(src, arch) + ["-MMD", "-c", src, "-o", _short(obj)]
         if up_to_date(obj, None, command):
             return obj, False
         os.makedirs(os.path.dirname(obj), exist_ok=True)
@@ -274,7 +280,8 @@ def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=Tru
         return None
     exe = os.path.join(out_dir, name)
     command = (cc + COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + list(extra_cflags)
-               + ["-o", exe] + objs + blas_link_flags(blas) + PROGRAM_LINK_FLAGS)
+               + ["-o", _short(exe)] + [_short(o) for o in objs] + blas_link_flags(blas)
+               + PROGRAM_LINK_FLAGS)
     if not up_to_date(exe, objs, command):
         if verbose:
             print(" ".join(shlex.quote(a) for a in command), flush=True)
@@ -329,7 +336,7 @@ def main(argv=None):
     if args.what == "check":
         print(f"kl_build check: every file compiled ({args.cc}, {args.variant})")
         return 0
-    print(os.path.relpath(exe, ROOT) if exe.startswith(ROOT + os.sep) else exe, flush=True)
+    print(_short(exe), flush=True)
     if args.run:
         return subprocess.run([exe] + args.args).returncode
     return 0
