@@ -2,8 +2,9 @@
 #
 #   make venv         .venv with torch==2.13.0 (CPU), NumPy, pytest, TVM, ONNX Runtime, onnxscript, ...
 #                     and this package installed editable (a stamp makes reruns instant)
+#   make ext          the extension rebuilt in place (setup.py build_ext --inplace: incremental)
 #   make test         venv + C core test (ctest) + pytest -q tests/ with KOKORO_LSTM_REQUIRE=1
-#   make ctest        the C core test program (src/tests/test_core.c), no Python
+#   make ctest        the C core test program (src/tests/test_core.c); python3 runs the build
 #   make asan         the same under AddressSanitizer + UBSan (leak checking on)
 #   make debian-test  build with Debian's /usr/bin/python3 + libopenblas-dev in a
 #                     separate tree (build-c/debian) and run the core Python tests there
@@ -13,7 +14,8 @@
 #                     a reference BLAS) and run under qemu-aarch64: every ISA, NEON kernels
 #   make ctest-portable  the C test built with -DKL_FORCE_PORTABLE: the non-Linux code paths
 #                     (condvar barrier, no affinity, no getauxval) compiled and run on Linux
-#   make clang-check  compile-only with clang -Werror: portable paths, aarch64 NEON files
+#   make clang-check  compile-only with clang -Werror, portable paths: every file of the C test,
+#                     for the host and for aarch64
 #   make wheel-test   build the wheel, auditwheel repair it, install it in a fresh venv
 #                     without a compiler and run the core tests against it (tools/wheel_test.sh)
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
@@ -23,9 +25,12 @@
 #                     kernel lists this CPU can run (BENCH_KERNELS_ROUNDS rounds, default 21)
 #   make clean        build outputs (keeps .venv); `make distclean` also removes .venv
 #
-# BLAS for the C test follows setup.py: KOKORO_LSTM_BLAS=auto (default: the
-# system OpenBLAS via pkg-config, else the scipy-openblas32 wheel from .venv),
-# system, or scipy-openblas32; `ref` (C test only) links src/tests/refblas instead.
+# What is compiled, with which flags and against which BLAS, is described once in
+# kl_build.py, for the extension (setup.py) and the C programs alike; the targets
+# below only call it. BLAS: KOKORO_LSTM_BLAS=auto (default: the system OpenBLAS via
+# pkg-config, else the scipy-openblas32 wheel from .venv), system, or
+# scipy-openblas32; `ref` (C programs only) links src/tests/refblas instead.
+# Every build from here has -Werror (KOKORO_LSTM_WERROR=1; a pip install has not).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -43,66 +48,22 @@ TORCH_PIP_ARGS ?=
 # ProsodyPredictor (random init, no network)
 TEST_EXTRAS ?= kokoro==0.9.4
 VENV_STAMP := $(VENV)/.kokoro-venv.stamp
-EXT_STAMP := $(VENV)/.kokoro-ext.stamp
 
+# ---- C builds: kl_build.py ------------------------------------------------------------
+export KOKORO_LSTM_WERROR ?= 1
+KOKORO_LSTM_BLAS ?= auto
 ifeq ($(origin CC),default)
 CC := gcc
 endif
-
-# ---- C sources and flags (the same per-file ISA flags as setup.py) -------------------
-# Kernels of the other architecture are left out by file suffix (as in setup.py).
-X86_KERNELS := %-avx2fma.c %-avx2f16c.c %-avx512f.c %-avx512bf16.c %-amx.c
-ARM_KERNELS := %-neon.c %-neonbf16.c
-CC_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
-OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(or $(findstring aarch64,$(CC_MACHINE)),$(findstring arm64,$(CC_MACHINE))),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
-CORE_SRCS := $(sort $(filter-out $(OTHER_KERNELS),$(wildcard src/core/*.c) $(wildcard src/kernels/*/*.c) \
-                $(wildcard src/ops/*.c))) src/tvm/kl_tvm_ffi.c src/tvm/kl_tvm_dense.c
-TEST_SRC := src/tests/test_core.c
-HDRS := $(wildcard src/include/*.h src/core/*.h src/kernels/*.h src/kernels/*.inc src/kernels/*/*.h src/ops/*.h \
-                  src/tvm/*.h)
-CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -fno-math-errno \
-                 -ffp-contract=off $(CFLAGS_EXTRA)
-OPT_O2 := -O2
-OPT_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-            -fno-omit-frame-pointer -g -O1
-INCS := -Isrc/include -Isrc/core -Isrc/kernels -Isrc/ops -Isrc/third_party -Isrc/tvm
-isa_flags = $(strip $(if $(filter %-avx2fma.c,$(1)),-mavx2 -mfma) \
-                    $(if $(filter %-avx2f16c.c,$(1)),-mavx2 -mfma -mf16c) \
-                    $(if $(filter %-avx512f.c,$(1)),-mavx512f -mfma) \
-                    $(if $(filter %-avx512bf16.c,$(1)),-mavx512f -mavx512bf16 -mfma) \
-                    $(if $(filter %-amx.c,$(1)),-mavx512f -mavx512bf16 -mamx-tile -mamx-bf16) \
-                    $(if $(filter %-neonbf16.c,$(1)),-march=armv8.2-a+bf16))
-
-# ---- BLAS for the C test ----------------------------------------------------------------
-KOKORO_LSTM_BLAS ?= auto
-HAVE_PC_OPENBLAS := $(shell pkg-config --exists openblas 2>/dev/null && echo yes)
-ifeq ($(KOKORO_LSTM_BLAS),scipy-openblas32)
-CBLAS := scipy-openblas32
-else ifeq ($(KOKORO_LSTM_BLAS),ref)
-CBLAS := ref
-else ifeq ($(HAVE_PC_OPENBLAS),yes)
-CBLAS := system
-else ifeq ($(KOKORO_LSTM_BLAS),system)
-CBLAS := missing
-else
-CBLAS := scipy-openblas32
-endif
-CBUILD := build-c/$(CBLAS)
-BLAS_FLAGS := $(CBUILD)/blas.cflags $(CBUILD)/blas.libs
-ifeq ($(CBLAS),scipy-openblas32)
-BLAS_DEPS := $(VENV_STAMP)
-else
-BLAS_DEPS :=
-endif
-
-BLAS_SRCS := $(if $(filter ref,$(CBLAS)),src/tests/refblas/refblas.c)
-O2_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
-ASAN_OBJS := $(patsubst %.c,$(CBUILD)/asan/%.o,$(CORE_SRCS) $(TEST_SRC) $(BLAS_SRCS))
-O2_BIN := $(CBUILD)/o2/test_core
-BENCH_SRC := benchmarks/c/bench_kernels.c
-BENCH_OBJS := $(patsubst %.c,$(CBUILD)/o2/%.o,$(CORE_SRCS) $(BENCH_SRC) $(BLAS_SRCS))
-BENCH_BIN := $(CBUILD)/o2/bench_kernels
-ASAN_BIN := $(CBUILD)/asan/test_core
+# extra compiler flags for the C programs
+CFLAGS_EXTRA ?=
+# The driver needs only python3; the venv's python when there is one (it has
+# scipy-openblas32). BLAS=scipy-openblas32 makes the venv first.
+KLB = $$(test -x $(VPY) && echo $(VPY) || echo $(PYTHON)) kl_build.py
+KLB_ARGS = --cc "$(CC)" --blas $(KOKORO_LSTM_BLAS) --cflags "$(CFLAGS_EXTRA)"
+C_DEPS := $(if $(filter scipy-openblas32,$(KOKORO_LSTM_BLAS)),venv)
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 # ---- Debian's own stack --------------------------------------------------------------------
 DEB_PY := /usr/bin/python3
@@ -126,73 +87,33 @@ $(VENV_STAMP): constraints.txt pyproject.toml
 	    onnxruntime onnx onnxscript matplotlib threadpoolctl
 	$(PIP) install --progress-bar off $(PIPC) $(TEST_EXTRAS)
 	$(PIP) install --progress-bar off $(PIPC) --no-build-isolation -e .
-	touch $@ $(EXT_STAMP)
-
-# The editable install builds kokoro_lstm/_core*.so in the tree; rebuild it
-# whenever a C source, a header or setup.py changes.
-ext: $(EXT_STAMP)
-
-$(EXT_STAMP): $(VENV_STAMP) $(CORE_SRCS) src/python/module.c $(HDRS) setup.py
-	@echo "== rebuilding the extension in place"
-	$(VPY) setup.py -q build_ext --inplace
 	touch $@
 
+# The editable install builds kokoro_lstm/_core*.so in the tree; setup.py rebuilds
+# only what changed (a no-op run takes well under a second).
+ext: venv
+	$(VPY) setup.py -q build_ext --inplace
+
 # ---- tests -------------------------------------------------------------------------------
-test: venv ext $(O2_BIN)
+test: venv ext
 	@rc=0; \
-	echo "== C core test ($(O2_BIN))"; \
-	$(O2_BIN) || rc=1; \
+	echo "== C core test (kl_build.py ctest)"; \
+	$(KLB) ctest $(KLB_ARGS) --run || rc=1; \
 	echo "== pytest -q tests (KOKORO_LSTM_REQUIRE=1)"; \
 	export KOKORO_LSTM_REQUIRE=1; \
 	$(VPY) -m pytest -q tests || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED"; else echo "make test: all passed"; fi; \
 	exit $$rc
 
-ctest: $(O2_BIN)
-	$(O2_BIN)
+ctest: $(C_DEPS)
+	$(KLB) ctest $(KLB_ARGS) --run
 
-asan: $(ASAN_BIN)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	$(ASAN_BIN)
-
-$(BLAS_FLAGS) &: $(BLAS_DEPS)
-	@mkdir -p $(CBUILD)
-ifeq ($(CBLAS),system)
-	pkg-config --cflags openblas > $(CBUILD)/blas.cflags
-	pkg-config --libs openblas > $(CBUILD)/blas.libs
-else ifeq ($(CBLAS),ref)
-	echo "-DKL_BLAS_REF=1 -Isrc/tests/refblas" > $(CBUILD)/blas.cflags
-	: > $(CBUILD)/blas.libs
-else ifeq ($(CBLAS),scipy-openblas32)
-	$(VPY) -c 'import scipy_openblas32 as s; print("-DKL_BLAS_SCIPY=1 -I" + s.get_include_dir())' \
-	    > $(CBUILD)/blas.cflags
-	$(VPY) -c 'import scipy_openblas32 as s; d = s.get_lib_dir(); \
-	    print("-L%s -l%s -Wl,-rpath,%s" % (d, s.get_library(), d))' > $(CBUILD)/blas.libs
-else
-	@echo "KOKORO_LSTM_BLAS=system but pkg-config finds no openblas (apt-get install libopenblas-dev pkg-config)"; exit 1
-endif
-
-$(CBUILD)/o2/%.o: %.c $(HDRS) $(BLAS_FLAGS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_COMMON) $(OPT_O2) $(call isa_flags,$<) $(INCS) $$(cat $(CBUILD)/blas.cflags) -c $< -o $@
-
-$(CBUILD)/asan/%.o: %.c $(HDRS) $(BLAS_FLAGS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_COMMON) $(OPT_ASAN) $(call isa_flags,$<) $(INCS) $$(cat $(CBUILD)/blas.cflags) -c $< -o $@
-
-$(O2_BIN): $(O2_OBJS) $(BLAS_FLAGS)
-	$(CC) $(CFLAGS_COMMON) $(OPT_O2) -o $@ $(O2_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
-
-$(BENCH_BIN): $(BENCH_OBJS) $(BLAS_FLAGS)
-	$(CC) $(CFLAGS_COMMON) $(OPT_O2) -o $@ $(BENCH_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+asan: $(C_DEPS)
+	$(ASAN_ENV) $(KLB) ctest --variant asan $(KLB_ARGS) --run
 
 BENCH_KERNELS_ROUNDS ?= 21
-bench-kernels: $(BENCH_BIN)
-	$(BENCH_BIN) $(BENCH_KERNELS_ROUNDS)
-
-$(ASAN_BIN): $(ASAN_OBJS) $(BLAS_FLAGS)
-	$(CC) $(CFLAGS_COMMON) $(OPT_ASAN) -o $@ $(ASAN_OBJS) $$(cat $(CBUILD)/blas.libs) -lm
+bench-kernels: $(C_DEPS)
+	$(KLB) bench-kernels $(KLB_ARGS) --run $(BENCH_KERNELS_ROUNDS)
 
 # Debian 12's python3 (numpy 1.24, no torch) + libopenblas-dev, built in a copy of the
 # tree so the venv's editable build is untouched. Torch tests skip there: no
@@ -261,6 +182,7 @@ QEMU_AARCH64 ?= qemu-aarch64
 AARCH64_SYSROOT ?= /usr/aarch64-linux-gnu
 AARCH64_PKGS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 AARCH64_BIN := build-c/aarch64/o2/test_core
+AARCH64_PORTABLE_BIN := build-c/aarch64/portable/test_core
 QEMU_RUN := $(QEMU_AARCH64) -L $(AARCH64_SYSROOT)
 
 test-aarch64:
@@ -271,7 +193,7 @@ test-aarch64:
 	  apt-get install -y --no-install-recommends $(AARCH64_PKGS) || \
 	    { apt-get update && apt-get install -y --no-install-recommends $(AARCH64_PKGS); }; \
 	fi
-	$(MAKE) --no-print-directory CC=$(AARCH64_CC) KOKORO_LSTM_BLAS=ref CBUILD=build-c/aarch64 $(AARCH64_BIN)
+	$(KLB) ctest --cc $(AARCH64_CC) --blas ref --cflags "$(CFLAGS_EXTRA)" --out $(dir $(AARCH64_BIN))
 	@echo "== $(AARCH64_BIN) under qemu-aarch64 -cpu max (every ISA)"
 	QEMU_CPU=max $(QEMU_RUN) $(AARCH64_BIN) > build-c/aarch64/max.log || { tail -n 40 build-c/aarch64/max.log; exit 1; }
 	grep -E "^kokoro_lstm core test|^SKIP|passed, " build-c/aarch64/max.log
@@ -284,29 +206,21 @@ test-aarch64:
 	QEMU_CPU=cortex-a72 KOKORO_LSTM_ISA=neon $(QEMU_RUN) $(AARCH64_BIN) | tee build-c/aarch64/a72.log | tail -n 1
 	grep -q "isa detected=neon," build-c/aarch64/a72.log
 	@echo "== the same with -DKL_FORCE_PORTABLE (no getauxval: neon assumed, as on macOS)"
-	$(MAKE) --no-print-directory CC=$(AARCH64_CC) KOKORO_LSTM_BLAS=ref CBUILD=build-c/aarch64-portable \
-	    CFLAGS_EXTRA=-DKL_FORCE_PORTABLE build-c/aarch64-portable/o2/test_core > /dev/null
-	QEMU_CPU=max $(QEMU_RUN) build-c/aarch64-portable/o2/test_core | tail -n 1
+	$(KLB) ctest --cc $(AARCH64_CC) --blas ref --variant portable --cflags "$(CFLAGS_EXTRA)" \
+	    --out $(dir $(AARCH64_PORTABLE_BIN)) > /dev/null
+	QEMU_CPU=max $(QEMU_RUN) $(AARCH64_PORTABLE_BIN) | tail -n 1
 
 # -DKL_FORCE_PORTABLE: the code paths of non-Linux systems (macOS), built and run here.
-ctest-portable:
-	$(MAKE) --no-print-directory CFLAGS_EXTRA=-DKL_FORCE_PORTABLE CBUILD=build-c/portable \
-	    build-c/portable/o2/test_core
-	build-c/portable/o2/test_core | tail -n 1
+ctest-portable: $(C_DEPS)
+	$(KLB) ctest --variant portable $(KLB_ARGS) --run | tail -n 1
 
-# Compile-only with clang (what macOS uses): the portable paths for the host, and for
-# aarch64 every NEON file (apt-get install clang; not part of CI).
+# Compile-only with clang (what macOS uses), the portable paths: every file of the C
+# test for the host and for aarch64 (apt-get install clang; not part of CI).
 CLANG ?= clang
-CLANG_FLAGS := -std=c11 -Wall -Wextra -Werror -pthread -O2 -DKL_FORCE_PORTABLE $(INCS)
 clang-check:
-	@mkdir -p build-c/clang
-	for f in src/core/*.c src/kernels/*/*-scalar.c $(TEST_SRC); do \
-	  $(CLANG) $(CLANG_FLAGS) -c $$f -o build-c/clang/x.o; done
-	for f in src/core/*.c src/kernels/*/*-scalar.c src/kernels/*/*-neon.c $(TEST_SRC) src/tests/refblas/refblas.c; do \
-	  $(CLANG) --target=aarch64-linux-gnu $(CLANG_FLAGS) -DKL_BLAS_REF -Isrc/tests/refblas -c $$f -o build-c/clang/a.o; done
-	for f in src/kernels/*/*-neonbf16.c; do \
-	  $(CLANG) --target=aarch64-linux-gnu $(CLANG_FLAGS) -march=armv8.2-a+bf16 -c $$f -o build-c/clang/a.o; done
-	@echo "clang-check: all compiled"
+	$(KLB) check $(KLB_ARGS) --cc $(CLANG) --variant portable --out build-c/clang/host
+	$(KLB) check --cc "$(CLANG) --target=aarch64-linux-gnu" --blas ref --variant portable \
+	    --cflags "$(CFLAGS_EXTRA)" --out build-c/clang/aarch64
 
 wheel-test:
 	PYTHON=$(PYTHON) tools/wheel_test.sh
@@ -323,7 +237,7 @@ bench: venv ext
 
 clean:
 	rm -rf build-c build
-	rm -f kokoro_lstm/_core*.so $(EXT_STAMP)
+	rm -f kokoro_lstm/_core*.so
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -1,13 +1,20 @@
 """Build of the kokoro_lstm._core extension.
 
-BLAS is OpenBLAS, chosen by KOKORO_LSTM_BLAS:
+What is built, with which flags and against which BLAS, is described once in
+kl_build.py (the C programs of the Makefile use the same description); this file
+applies it through setuptools' public build_ext API. BLAS is OpenBLAS, chosen by
+KOKORO_LSTM_BLAS:
   auto (default)     the system OpenBLAS through pkg-config (Debian: libopenblas-dev),
                      else the scipy-openblas32 wheel
   system             pkg-config's openblas, or fail
   scipy-openblas32   the wheel (symbols prefixed scipy_; preloaded at import)
-ISA kernels get their own flags by file name (*-avx2fma.c, *-avx2f16c.c, *-avx512f.c,
-*-avx512bf16.c, *-amx.c on x86-64; *-neon.c, *-neonbf16.c on aarch64/arm64); the other
-architecture's kernel files are left out. Nothing is built with -march=native.
+The target architecture comes from sysconfig (which honours cross builds'
+_PYTHON_HOST_PLATFORM): its kernel files get their ISA flags, the other
+architecture's are left out. KOKORO_LSTM_WERROR=1 adds -Werror (make sets it).
+
+Rebuilds are incremental: an object is compiled again only when its source or a
+header it includes changed (the compiler's -MMD file), or its command did (flags,
+BLAS, compiler: kl_build keeps the last command beside each object).
 
 Besides the extension, the build writes kokoro_lstm/lib/kokoro_lstm_tvm.o: the
 engine (core, kernels, tvm-ffi glue) as one relocatable object with hidden
@@ -15,135 +22,86 @@ symbols, which kokoro_lstm.tvm.export_library links into exported TVM
 libraries so that they run without Python (src/tvm/kl_tvm_autoreg.c registers
 the functions when the library is loaded).
 """
-import glob
 import os
-import shlex
-import subprocess
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-ISA_FLAGS = {
-    "-avx2fma.c": ["-mavx2", "-mfma"],
-    "-avx512f.c": ["-mavx512f", "-mfma"],
-    "-avx512bf16.c": ["-mavx512f", "-mavx512bf16", "-mfma"],
-    "-amx.c": ["-mavx512f", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],
-    "-avx2f16c.c": ["-mavx2", "-mfma", "-mf16c"],
-    "-neon.c": [],
-    "-neonbf16.c": ["-march=armv8.2-a+bf16"],
-}
-ARCH_KERNELS = {"x86": ("-avx2fma.c", "-avx512f.c", "-avx512bf16.c", "-avx2f16c.c", "-amx.c"), "arm": ("-neon.c", "-neonbf16.c")}
+sys.path.insert(0, ROOT)  # PEP 517 backends do not put the project on sys.path
+import kl_build  # noqa: E402
 
-
-def _target_arch():
-    """x86 or arm (the target: sysconfig honours cross builds' _PYTHON_HOST_PLATFORM), else None."""
-    plat = sysconfig.get_platform().lower()
-    if plat.endswith(("x86_64", "amd64")):
-        return "x86"
-    if plat.endswith(("aarch64", "arm64")):
-        return "arm"
-    return None
-WARN = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-O2", "-fno-math-errno",
-        "-ffp-contract=off", "-pthread", "-fvisibility=hidden"]
-INCLUDE = ["src/include", "src/core", "src/kernels", "src/ops", "src/third_party", "src/tvm"]
-ARCH = _target_arch()
-# the engine: core, this architecture's kernels, dense ops, tvm-ffi glue
-ENGINE_SOURCES = [s for s in sorted(glob.glob("src/core/*.c") + glob.glob("src/kernels/*/*.c")
-                                    + glob.glob("src/ops/*.c"))
-                  if not any(s.endswith(suffix) for a, sfx in ARCH_KERNELS.items() if a != ARCH
-                             for suffix in sfx)] + ["src/tvm/kl_tvm_ffi.c", "src/tvm/kl_tvm_dense.c"]
-
-
-def _pkg_config_openblas():
-    try:
-        cflags = subprocess.run(["pkg-config", "--cflags", "openblas"], check=True,
-                                capture_output=True, text=True).stdout
-        libs = subprocess.run(["pkg-config", "--libs", "openblas"], check=True,
-                              capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    inc = [f[2:] for f in shlex.split(cflags) if f.startswith("-I")]
-    libdirs = [f[2:] for f in shlex.split(libs) if f.startswith("-L")]
-    names = [f[2:] for f in shlex.split(libs) if f.startswith("-l")]
-    return dict(include_dirs=inc, library_dirs=libdirs, libraries=names,
-                runtime_library_dirs=libdirs, define_macros=[], blas="system")
-
-
-def _scipy_openblas():
-    try:
-        import scipy_openblas32 as so
-    except ImportError:
-        return None
-    # No absolute RUNPATH into the (often temporary) build environment: the
-    # installed wheel finds the library in the scipy_openblas32 package next to
-    # kokoro_lstm (relative rpath), and kokoro_lstm/__init__.py preloads it
-    # (in-place builds). auditwheel/delocate exclude it from the wheel.
-    origin = "@loader_path" if sys.platform == "darwin" else "$ORIGIN"
-    return dict(include_dirs=[so.get_include_dir()], library_dirs=[so.get_lib_dir()],
-                libraries=[so.get_library()], runtime_library_dirs=[],
-                link_args=[f"-Wl,-rpath,{origin}/../scipy_openblas32/lib"],
-                define_macros=[("KL_BLAS_SCIPY", "1")], blas="scipy-openblas32")
-
-
-def find_blas():
-    choice = os.environ.get("KOKORO_LSTM_BLAS", "auto")
-    if choice not in ("auto", "system", "scipy-openblas32"):
-        sys.exit(f"KOKORO_LSTM_BLAS must be auto, system or scipy-openblas32, not {choice!r}")
-    found = None
-    if choice in ("auto", "system"):
-        found = _pkg_config_openblas()
-    if found is None and choice in ("auto", "scipy-openblas32"):
-        found = _scipy_openblas()
-    if found is None:
-        sys.exit("kokoro_lstm needs OpenBLAS: install libopenblas-dev (pkg-config openblas) "
-                 "or the scipy-openblas32 wheel (KOKORO_LSTM_BLAS=" + choice + ")")
-    return found
+ARCH = kl_build.arch_of(sysconfig.get_platform())
+ENGINE_SOURCES = kl_build.engine_sources(ARCH)
+BLAS = kl_build.find_blas()
 
 
 class BuildExt(build_ext):
-    """Adds NumPy's headers and per-ISA flags; records which BLAS was used."""
+    """Compiles each file with its ISA's flags, only what changed; links with the
+    public API; records which BLAS was used."""
 
-    def build_extensions(self):
+    def build_extension(self, ext):
         import numpy as np
 
-        # Rebuild every time: setuptools only compares timestamps, so an
-        # object built against the other BLAS (KOKORO_LSTM_BLAS) would be reused.
-        self.force = True
-        for ext in self.extensions:
-            ext.include_dirs.append(np.get_include())
-        original = self.compiler._compile
-
-        def _compile(obj, src, ext, cc_args, extra_postargs, pp_opts):
-            flags = [f for suffix, fl in ISA_FLAGS.items() if src.endswith(suffix) for f in fl]
-            return original(obj, src, ext, cc_args, list(extra_postargs) + flags, pp_opts)
-
-        self.compiler._compile = _compile
-        try:
-            super().build_extensions()
-            self._build_engine_object()
-        finally:
-            self.compiler._compile = original
+        self._include_dirs = ext.include_dirs + [np.get_include()]
+        sources = ext.sources + [kl_build.AUTOREG_SOURCE]  # autoreg: the engine object only
+        by_source = dict(zip(sources, self._compile(sources, ext)))
+        ext_path = self.get_ext_fullpath(ext.name)
+        ext_objs = [by_source[s] for s in ext.sources]
+        link = dict(libraries=self.get_libraries(ext), library_dirs=ext.library_dirs,
+                    runtime_library_dirs=ext.runtime_library_dirs,
+                    extra_postargs=ext.extra_link_args)
+        command = [self.compiler.linker_so, ext_objs, link]
+        if not kl_build.up_to_date(ext_path, ext_objs, command, self._stamps()):
+            os.makedirs(os.path.dirname(ext_path) or ".", exist_ok=True)
+            self.compiler.link_shared_object(
+                ext_objs, ext_path, export_symbols=self.get_export_symbols(ext),
+                debug=self.debug, build_temp=self.build_temp,
+                target_lang=self.compiler.detect_language(ext.sources), **link)
+            kl_build.record(ext_path, command, self._stamps())
+        self._build_engine_object([by_source[s] for s in ENGINE_SOURCES + [kl_build.AUTOREG_SOURCE]])
         self._write_build_config()
 
-    def _build_engine_object(self):
+    def _stamps(self):
+        return os.path.join(self.build_temp, "kl-stamps")
+
+    def _compile(self, sources, ext):
+        """Objects of sources in build_temp, compiling those out of date (in parallel:
+        build_ext -j N, else one job per CPU)."""
+        flags = kl_build.COMMON_FLAGS + kl_build.werror() + kl_build.VARIANT_FLAGS["o2"]
+
+        def compile_one(src):
+            obj = self.compiler.object_filenames([src], output_dir=self.build_temp)[0]
+            postargs = flags + kl_build.isa_flags(src, ARCH) + ["-MMD"]
+            command = [self.compiler.compiler_so, ext.define_macros, self._include_dirs, postargs]
+            if not kl_build.up_to_date(obj, None, command):
+                os.makedirs(os.path.dirname(obj), exist_ok=True)
+                self.compiler.compile([src], output_dir=self.build_temp, macros=ext.define_macros,
+                                      include_dirs=self._include_dirs, debug=self.debug,
+                                      extra_postargs=postargs)
+                kl_build.record(obj, command)
+            return obj
+
+        jobs = self.parallel if isinstance(self.parallel, int) and self.parallel > 1 else None
+        with ThreadPoolExecutor(jobs or kl_build.default_jobs()) as pool:
+            return list(pool.map(compile_one, sources))
+
+    def _build_engine_object(self, objs):
         """The engine as one relocatable object for exported TVM libraries: the
         extension's own objects (built above, hidden visibility) plus the
         registration constructor, partially linked with `cc -r`."""
-        ext = self.extensions[0]
-        engine = [s for s in ext.sources if s in ENGINE_SOURCES]
-        objs = self.compiler.object_filenames(engine, output_dir=self.build_temp)
-        objs += self.compiler.compile(["src/tvm/kl_tvm_autoreg.c"], output_dir=self.build_temp,
-                                      include_dirs=ext.include_dirs, macros=ext.define_macros,
-                                      extra_postargs=WARN + ["-fPIC"])
         out_dirs = {os.path.join(ROOT, "kokoro_lstm", "lib"),
                     os.path.join(self.build_lib, "kokoro_lstm", "lib")}
-        for d in out_dirs:
+        for d in sorted(out_dirs):
             os.makedirs(d, exist_ok=True)
-            subprocess.run([self.compiler.compiler_so[0], "-r", "-nostdlib", "-o",
-                            os.path.join(d, "kokoro_lstm_tvm.o")] + objs, check=True)
+            out = os.path.join(d, "kokoro_lstm_tvm.o")
+            command = [self.compiler.compiler_so[0], "-r", "-nostdlib", "-o", out] + objs
+            if not kl_build.up_to_date(out, objs, command, self._stamps()):
+                self.spawn(command)
+                kl_build.record(out, command, self._stamps())
 
     def _write_build_config(self):
         libs = ([f"-L{d}" for d in BLAS["library_dirs"]] + [f"-l{n}" for n in BLAS["libraries"]]
@@ -157,22 +115,15 @@ class BuildExt(build_ext):
                     f.write(text)
 
 
-BLAS = find_blas()
-sources = ENGINE_SOURCES + ["src/python/module.c"]
-if not any(s.endswith("-scalar.c") for s in sources):
-    raise SystemExit("kernel sources missing")
-
 ext = Extension(
     "kokoro_lstm._core",
-    sources=sources,
-    include_dirs=INCLUDE + BLAS["include_dirs"],
+    sources=ENGINE_SOURCES + kl_build.BINDING_SOURCES,
+    include_dirs=kl_build.INCLUDE_DIRS + BLAS["include_dirs"],
     library_dirs=BLAS["library_dirs"],
     libraries=BLAS["libraries"],
     runtime_library_dirs=BLAS["runtime_library_dirs"],
     define_macros=BLAS["define_macros"],
-    extra_compile_args=WARN,
-    extra_link_args=["-pthread", "-ldl"] + BLAS.get("link_args", []),
-    depends=[h for d in INCLUDE for h in glob.glob(f"{d}/**/*.h", recursive=True)],
+    extra_link_args=kl_build.EXT_LINK_FLAGS + BLAS["link_args"],
 )
 
 setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})
