@@ -20,6 +20,12 @@ functions and compiles the rest with :func:`kokoro_lstm.tvm.cpu_pipeline` (sched
 no tuning); ``tvm`` leaves everything to TVM's default (untuned) lowering. bert's static
 length is 512 (kokoro-tvm's) unless ``--bert-seq-len``.
 
+Algebra cuts (:mod:`kokoro_lstm.cli._cuts`): with the native LSTM method and packed
+semantics, ``duration``'s four style-reading LSTMs run with W_ih's style columns folded
+into a per-call gate bias (exact algebra); ``--no-algebra-cuts`` exports Kokoro's graph
+as it is. The report's ``algebra_cuts`` (and the table's ``cuts`` column) say which
+cuts were applied, and why the others were not.
+
 Exit status: 0 success, 1 validation above tolerance (or a failed step), 2 bad
 flags, paths or files (one line on stderr).
 """
@@ -86,6 +92,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "--seq-len never changes the numbers; padded: pack/pad replaced by "
                         "identity (kokoro-tvm's old behaviour; wrong for the reverse direction "
                         "whenever length < T)")
+    p.add_argument("--no-algebra-cuts", dest="algebra_cuts", action="store_false",
+                   help="export Kokoro's graph as it is (default: exact algebra cuts where "
+                        "they apply: duration's LSTMs fold the constant style into a gate "
+                        "bias; native LSTM method and packed semantics only)")
     p.add_argument("--validate", action="store_true",
                    help="run the compiled module against PyTorch eager on random inputs; "
                         "exit 1 above --tolerance")
@@ -395,6 +405,20 @@ class _Component:
             finally:
                 ko.unpatch_lstm_modules(m)
             self.lstm_ops = _lstm_op_counts(self.ep.run_decompositions())
+        # the same component with Kokoro's exact algebra cuts, exported for the native
+        # LSTM method (the only one that lowers kokoro::lstm_forward_gated)
+        self.ep_cut, self.cuts = None, {}
+        if opts.get("algebra_cuts", True):
+            from . import _cuts
+
+            cut, self.cuts = _cuts.apply_cuts(name, m, opts["semantics"])
+            if cut is not m:
+                with progress.step(name, "export (algebra cuts)", self.times, "export_cut_s"):
+                    ko.patch_lstm_modules(cut)
+                    try:
+                        self.ep_cut = torch.export.export(cut, example)
+                    finally:
+                        ko.unpatch_lstm_modules(cut)
         # validation / timing inputs: full length, and a shorter random length
         short = int(torch.randint(max(1, T // 4), T, (1,), generator=gen)) if T > 1 else 1
         self.lengths = [T] + ([short] if short < T else [])
@@ -450,8 +474,20 @@ def _port_method(comp, method, out_dir, opts, progress):
     times = {}
     resolved = kt.select_method(target, method)
     dense = opts["dense_method"]
-    with progress.step(tag, f"lower ({resolved}, dense {dense})", times, "lower_s"):
-        mod = kt.from_exported_program(comp.ep, lstm_method=resolved, target=target,
+    ep, cuts = comp.ep, dict(comp.cuts)
+    if comp.ep_cut is not None:
+        if resolved == "native":
+            ep = comp.ep_cut
+        else:
+            cuts = {k: (f"not applied: lstm_method {resolved!r} (cuts need 'native')"
+                        if v.startswith("applied") else v) for k, v in cuts.items()}
+    if not opts.get("algebra_cuts", True):
+        cuts = {"all": "not applied: --no-algebra-cuts"}
+    applied = sorted(k for k, v in cuts.items() if v.startswith("applied"))
+    with progress.step(tag, f"lower ({resolved}, dense {dense}"
+                       + (f", cuts {'+'.join(applied)}" if applied else "") + ")",
+                       times, "lower_s"):
+        mod = kt.from_exported_program(ep, lstm_method=resolved, target=target,
                                        unwrap_unit_return_tuple=False)
         mod = _rename_main(mod, comp.function)
         if dense == "native":
@@ -493,6 +529,7 @@ def _port_method(comp, method, out_dir, opts, progress):
         "lstm_semantics": opts["semantics"],
         "dense_method": dense,
         "dense_calls": kt.count_dense_calls(script),
+        "algebra_cuts": {"applied": applied, "detail": cuts},
         "runtime_needs": _runtime_needs(ex),
         "target": opts["target_arg"],
         "target_tvm": opts["target_json"],
@@ -593,13 +630,14 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
          semantics="packed", validate=False, checkpoint=None, no_weights=False,
          config=None, output_dir="tvm_output", num_threads=None, tolerance=DEFAULT_TOL,
          seed=0, verbose=False, progress=None, method_subdirs=None, bert_seq_len=None,
-         dense_method="native"):
+         dense_method="native", algebra_cuts=True):
     """Port ``components`` with each of ``methods``; returns the list of reports (one
     per component and method, in that order). Raises UsageError for bad inputs.
 
     With several methods (or ``method_subdirs=True``), each method writes into
     ``output_dir/<method>/``; otherwise into ``output_dir``. ``bert_seq_len`` None:
-    bert at its max_position_embeddings (512), as kokoro-tvm does.
+    bert at its max_position_embeddings (512), as kokoro-tvm does. ``algebra_cuts``
+    False: export Kokoro's graph as it is (``--no-algebra-cuts``).
     """
     progress = progress or _Progress(verbose)
     _require_deps()
@@ -609,7 +647,8 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
                      checkpoint=checkpoint, no_weights=no_weights, config=config,
                      output_dir=output_dir, num_threads=num_threads, tolerance=tolerance,
                      seed=seed, progress=progress, method_subdirs=method_subdirs,
-                     bert_seq_len=bert_seq_len, dense_method=dense_method)
+                     bert_seq_len=bert_seq_len, dense_method=dense_method,
+                     algebra_cuts=algebra_cuts)
 
 
 # module -> (what to call it, the extra that installs it)
@@ -692,7 +731,8 @@ def resolve_bert_seq_len(cfg, bert_seq_len=None) -> int:
 
 def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
           checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
-          progress, method_subdirs, bert_seq_len=None, dense_method="native"):
+          progress, method_subdirs, bert_seq_len=None, dense_method="native",
+          algebra_cuts=True):
     from . import _components as C
 
     target_arg = target
@@ -741,7 +781,7 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
             "target_arg": target_arg, "target_json": target_json,
             "semantics": semantics, "validate": validate, "tolerance": tolerance,
             "seed": seed, "weights": weights, "modules": modules,
-            "num_threads": num_threads, "multi": multi}
+            "num_threads": num_threads, "multi": multi, "algebra_cuts": bool(algebra_cuts)}
     if semantics == "padded":
         progress.note("semantics", "padded: pack/pad replaced by identity -- LSTMs run over "
                                    "the padding (the reverse direction reads it first); "
@@ -768,17 +808,19 @@ def _fmt(v, spec):
 
 
 def format_table(reports) -> str:
-    """The closing summary: component, LSTM method, dense method, IR lines, compile s,
-    runtime ms, PyTorch eager ms, max err, padding err."""
-    head = ("component", "method", "dense", "IR lines", "compile s", "runtime ms", "torch ms",
-            "max err", "pad err")
+    """The closing summary: component, LSTM method, dense method, algebra cuts applied,
+    IR lines, compile s, runtime ms, PyTorch eager ms, max err, padding err."""
+    head = ("component", "method", "dense", "cuts", "IR lines", "compile s", "runtime ms",
+            "torch ms", "max err", "pad err")
     rows = []
     for r in reports:
         v = r.get("validation") or {}
         meth = r["lstm_method"]
         if r.get("lstm_method_requested") not in (None, meth):
             meth = f"{meth} ({r['lstm_method_requested']})"
-        rows.append((r["component"], meth, r.get("dense_method") or "-", str(r["ir_lines"]), _fmt(r["compile_s"], ".1f"),
+        cuts = ",".join((r.get("algebra_cuts") or {}).get("applied") or []) or "-"
+        rows.append((r["component"], meth, r.get("dense_method") or "-", cuts, str(r["ir_lines"]),
+                     _fmt(r["compile_s"], ".1f"),
                      _fmt(r["runtime_ms"], ".3f"), _fmt(r.get("torch_eager_ms"), ".3f"),
                      _fmt(v.get("max_err"), ".2e") + ("" if v.get("passed", True) else " FAIL"),
                      _fmt(v.get("padding_error"), ".2e")))
@@ -786,7 +828,7 @@ def format_table(reports) -> str:
               for i, h in enumerate(head)]
 
     def line(cells):
-        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+        return "  ".join(c.ljust(w) if i < 4 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])]
@@ -806,7 +848,8 @@ def run(args) -> int:
                        config=args.config, output_dir=args.output_dir,
                        num_threads=args.num_threads, tolerance=args.tolerance,
                        seed=args.seed, verbose=args.verbose,
-                       bert_seq_len=args.bert_seq_len, dense_method=args.dense_method)
+                       bert_seq_len=args.bert_seq_len, dense_method=args.dense_method,
+                       algebra_cuts=args.algebra_cuts)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return 2
