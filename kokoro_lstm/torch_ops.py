@@ -333,7 +333,7 @@ def _gated_shapes(x, w):
     _check(x.dim() == 3, lambda: p + f"input must be 3-D [T, B, F], got {tuple(x.shape)}")
     _check(w[0].dim() == 2 and w[0].shape[0] % 4 == 0 and w[0].shape[0] >= 4,
            lambda: p + f"weight_ih_l0 must be [4H, I], got {tuple(w[0].shape)}")
-    D = 2 if w[4] is not None else 1
+    D = 2 if len(w) > 4 and w[4] is not None else 1
     return x.shape[0], x.shape[1], w[0].shape[0] // 4, D
 
 

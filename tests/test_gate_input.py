@@ -247,3 +247,114 @@ def test_every_isa_and_weight_type(isa, dtype, tol):
                             for d in range(D)], axis=-1).astype(np.float32)
     given = _run(gates, w, 1, D, lengths=lengths, gate_bias=gb, x_gates=True, dtype=dtype)
     assert np.abs(given[0] - want).max() <= tol
+
+
+# ---- the fronts: kokoro::lstm_forward_gated (torch) and the tvm-ffi function --------
+
+def _torch_case(seed=0, T=9, B=2, IX=12, IS=4, H=8):
+    from conftest import require
+
+    torch = require("torch")
+    import kokoro_lstm.torch_ops as ko
+
+    torch.manual_seed(seed)
+    lstm = torch.nn.LSTM(IX + IS, H, bidirectional=True).eval().requires_grad_(False)
+    x = torch.randn(T, B, IX)
+    s = torch.randn(B, IS)
+    lengths = torch.tensor([T, max(1, T - 4)][:B])
+    w = []
+    for sfx in ("", "_reverse"):
+        w += [getattr(lstm, "weight_ih_l0" + sfx)[:, :IX].contiguous(),
+              getattr(lstm, "weight_hh_l0" + sfx), getattr(lstm, "bias_ih_l0" + sfx),
+              getattr(lstm, "bias_hh_l0" + sfx)]
+    gb = torch.stack([s @ getattr(lstm, "weight_ih_l0" + sfx)[:, IX:].T
+                      for sfx in ("", "_reverse")])
+    full = torch.cat([x, s.expand(T, B, IS)], -1)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(full, lengths, enforce_sorted=False)
+    ref, _ = lstm(packed)
+    ref, _ = torch.nn.utils.rnn.pad_packed_sequence(ref, total_length=T)
+    return torch, ko, lstm, x, s, lengths, w, gb, ref
+
+
+def test_torch_gated_op_matches_nn_lstm():
+    torch, ko, lstm, x, s, lengths, w, gb, ref = _torch_case()
+    out, h_n, c_n = ko.lstm_forward_gated(x, lengths, gb, False, *w)
+    assert (out - ref).abs().max() <= 2e-6
+    # given gates: W_x x + (the gate bias folded in by the caller)
+    gates = torch.cat([x @ w[0].T, x @ w[4].T], -1)
+    out2, _, _ = ko.lstm_forward_gated(gates, lengths, gb, True, *w)
+    assert (out2 - ref).abs().max() <= 2e-6
+    # unidirectional: reverse weights omitted
+    out3, h3, _ = ko.lstm_forward_gated(x, None, gb[:1], False, *w[:4])
+    assert out3.shape == (x.shape[0], x.shape[1], w[1].shape[1]) and h3.shape[0] == 1
+    with pytest.raises(ValueError, match=r"lstm_forward_gated: gate_bias must have shape"):
+        ko.lstm_forward_gated(x, lengths, gb[:1], False, *w)
+    with pytest.raises(ValueError, match=r"must have 64 features"):
+        ko.lstm_forward_gated(x, lengths, gb, True, *w)
+
+
+def test_torch_gated_op_exports_and_lowers_natively():
+    """torch.export keeps one node; TVM's native method lowers it (others refuse it)."""
+    torch, ko, lstm, x, s, lengths, w, gb, ref = _torch_case(B=1, T=7)
+    from conftest import require
+
+    tvm = require("tvm")
+    from tvm import relax
+
+    import kokoro_lstm.tvm as kt
+
+    ws = [lstm.weight_ih_l0[:, 12:], lstm.weight_ih_l0_reverse[:, 12:]]
+
+    class M(torch.nn.Module):
+        def forward(self, x, s, lengths):
+            g = torch.stack([s @ ww.T for ww in ws])
+            return ko.lstm_forward_gated(x, lengths, g, False, *w)[0]
+
+    ep = torch.export.export(M(), (x, s, lengths))
+    ops = [str(n.target) for n in ep.run_decompositions().graph.nodes if "lstm" in str(n.target)]
+    assert ops == ["kokoro.lstm_forward_gated.default"]
+    mod = kt.from_exported_program(ep, lstm_method="native")
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](*[tvm.runtime.tensor(a.numpy()) for a in (x, s, lengths)])
+    got = got[0] if not hasattr(got, "numpy") else got
+    assert np.abs(got.numpy() - ref.numpy()).max() <= 2e-6
+    with pytest.raises(Exception, match="lowered by lstm_method='native' only"):
+        kt.from_exported_program(ep, lstm_method="tir")
+
+
+def test_tvm_function_gate_config():
+    """The tvm-ffi function's two optional cfg values: the 14-value cfg with a gate bias
+    and x_gates works; bad values and argument counts are errors."""
+    from conftest import require
+
+    tvm = require("tvm")
+    import tvm_ffi
+
+    import kokoro_lstm.tvm as kt
+
+    f = tvm_ffi.get_global_func(kt.NATIVE_FUNC_NAME)
+    rng = np.random.default_rng(0)
+    T, B, I, H = 3, 2, 4, 5
+    w = _weights(rng, I, H, 1, 1)
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    gb = rng.standard_normal((1, B, 4 * H)).astype(np.float32)
+    t = tvm.runtime.tensor
+    outs = lambda: [t(np.zeros((T, B, H), np.float32)), t(np.zeros((1, B, H), np.float32)),  # noqa: E731
+                    t(np.zeros((1, B, H), np.float32))]
+    base = [2, 1, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0]
+    o = outs()
+    f(tvm_ffi.Shape(base + [1, 0]), t(x), t(gb), *map(t, w), *o)
+    want, _, _ = _run(x, w, 1, 1, gate_bias=gb)
+    np.testing.assert_array_equal(o[0].numpy(), want)
+    gates = (x @ w[0].T).astype(np.float32)
+    o = outs()
+    f(tvm_ffi.Shape(base + [1, 1]), t(gates), t(gb), *map(t, w), *o)
+    np.testing.assert_allclose(o[0].numpy(), want, atol=2e-6, rtol=0)
+    o = outs()
+    f(tvm_ffi.Shape(base + [0, 0]), t(x), *map(t, w), *o)  # the options off: as v2's 12
+    with pytest.raises(ValueError, match="x_gates must be 0 or 1, got 2"):
+        f(tvm_ffi.Shape(base + [0, 7]), t(x), *map(t, w), *outs())
+    with pytest.raises(TypeError, match="expected 10 arguments for this config, got 9"):
+        f(tvm_ffi.Shape(base + [1, 0]), t(x), *map(t, w), *outs())  # the gate bias missing
+    with pytest.raises(RuntimeError, match="with 12 or 14"):
+        f(tvm_ffi.Shape(base + [1]), t(x), *map(t, w), *outs())

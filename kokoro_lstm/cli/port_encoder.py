@@ -419,6 +419,7 @@ class _Component:
                         self.ep_cut = torch.export.export(cut, example)
                     finally:
                         ko.unpatch_lstm_modules(cut)
+                    self.lstm_ops_cut = _lstm_op_counts(self.ep_cut.run_decompositions())
         # validation / timing inputs: full length, and a shorter random length
         short = int(torch.randint(max(1, T // 4), T, (1,), generator=gen)) if T > 1 else 1
         self.lengths = [T] + ([short] if short < T else [])
@@ -474,10 +475,10 @@ def _port_method(comp, method, out_dir, opts, progress):
     times = {}
     resolved = kt.select_method(target, method)
     dense = opts["dense_method"]
-    ep, cuts = comp.ep, dict(comp.cuts)
+    ep, cuts, lstm_ops = comp.ep, dict(comp.cuts), comp.lstm_ops
     if comp.ep_cut is not None:
         if resolved == "native":
-            ep = comp.ep_cut
+            ep, lstm_ops = comp.ep_cut, comp.lstm_ops_cut
         else:
             cuts = {k: (f"not applied: lstm_method {resolved!r} (cuts need 'native')"
                         if v.startswith("applied") else v) for k, v in cuts.items()}
@@ -538,7 +539,7 @@ def _port_method(comp, method, out_dir, opts, progress):
         "static_length": comp.T,
         "weights": opts["weights"],
         "modules": opts["modules"],
-        "lstm_ops_in_export": comp.lstm_ops,
+        "lstm_ops_in_export": lstm_ops,
         "ir_lines": ir["lines"], "ir_chars": ir["chars"],
         "compile_s": round(times["lower_s"] + times["build_s"], 3),
         "times_s": dict(comp.times, **times),
