@@ -24,6 +24,20 @@ Where it holds, and where not:
   cut applies to it (the token-rate projection needs ``d`` and the alignment, which the
   signature does not carry).
 
+**Token-rate projection** (``f0n`` with ``--f0n-input d``): ``shared`` reads
+``en = d^T @ alignment`` whose frames are copies of token rows (Kokoro's alignment is
+one-hot per frame: ``frame_token``). By associativity
+
+    W_ih en_f = W_ih d^T alignment[:, f] = (W_ih d^T)[:, frame_token[f]],
+
+so the input projection P = d W_ih^T runs once per token ([T, 2048], both directions
+in one matmul) and each frame takes its token's row (a gather), given to the engine as
+layer 0's gates (``x_gates``): T/F of the input-projection FLOPs (≈1/4 at Kokoro's
+rate) and no en at all. It subsumes the style fold (d's style columns are projected at
+token rate too). Measured (benchmarks/bench_cuts.py): a gather pays at 64 and 512
+tokens; ``P^T @ alignment`` as a matmul (exact for any alignment) costs T*F*2048 MACs
+and no longer pays at 512 tokens, so the index input was chosen.
+
 The rewritten wrapper mirrors Kokoro's ``DurationEncoder.forward`` and
 ``ProsodyPredictor``'s duration path line by line; ``--validate`` checks it against the
 unpatched original.
@@ -35,6 +49,7 @@ from torch import nn
 
 #: Cut names, as the report and the demo table give them.
 STYLE_FOLD = "style_fold"
+TOKEN_RATE = "token_rate_projection"
 
 
 class StyleFoldedLSTM(nn.Module):
@@ -144,6 +159,63 @@ class StyleFoldedDurationPart(nn.Module):
         return duration.squeeze(-1), d
 
 
+class TokenRateF0NPart(nn.Module):
+    """``f0n_forward(d, frame_token, style, frame_lengths)`` with shared's input
+    projection at token rate (see the module docstring); same signature, outputs and
+    names as the F0NFromTokensPart it wraps."""
+
+    function = "f0n_forward"
+    input_names = ("d", "frame_token", "style", "frame_lengths")
+    output_names = ("F0", "N")
+    length_input = "aligned_len"
+
+    def __init__(self, ref):
+        super().__init__()
+        part = ref.f0n
+        shared = part.shared
+        self.D = 2 if shared.bidirectional else 1
+        sfxs = ("", "_reverse")[:self.D]
+        # both directions' W_ih stacked: one [T, 640] x [640, D*4H] matmul
+        self.register_buffer("w_cat", torch.cat(
+            [getattr(shared, "weight_ih_l0" + sfx).detach() for sfx in sfxs]).contiguous())
+        self._names = []
+        for sfx in sfxs:
+            for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+                t = getattr(shared, name + sfx, None)
+                self.register_buffer(name + sfx, None if t is None else t.detach())
+                self._names.append(name + sfx)
+        self.F0, self.N = part.F0, part.N
+        self.F0_proj, self.N_proj = part.F0_proj, part.N_proj
+
+    def forward(self, d, frame_token, style, frame_lengths):
+        from kokoro_lstm.torch_ops import lstm_forward_gated
+
+        T = d.shape[1]
+        idx = frame_token.clamp(0, T - 1)[0]                    # [F]
+        P = d[0] @ self.w_cat.t()                               # [T, D*4H], token rate
+        gates = P.index_select(0, idx).unsqueeze(1)             # [F, 1, D*4H]
+        w = [getattr(self, n) for n in self._names]
+        x = lstm_forward_gated(gates, frame_lengths, None, True, *w)[0]  # [F, 1, D*H]
+        x = x.transpose(0, 1)                                   # F0NPart from here on
+        F0 = x.transpose(-1, -2)
+        for block in self.F0:
+            F0 = block(F0, style)
+        F0 = self.F0_proj(F0)
+        N = x.transpose(-1, -2)
+        for block in self.N:
+            N = block(N, style)
+        N = self.N_proj(N)
+        return F0.squeeze(1), N.squeeze(1)
+
+
+def _f0n_cut(model):
+    shared = model.f0n.shared
+    if not isinstance(shared, nn.LSTM) or shared.num_layers != 1 or shared.proj_size \
+            or not shared.batch_first:
+        return None, "shared is not a one-layer batch_first LSTM without projection"
+    return TokenRateF0NPart(model), None
+
+
 def apply_cuts(name, model, semantics):
     """(model to export, {cut: "applied" | reason it is not}) for component ``name``."""
     if name == "duration":
@@ -156,9 +228,18 @@ def apply_cuts(name, model, semantics):
         cut.eval().requires_grad_(False)
         return cut, {STYLE_FOLD: "applied: DurationEncoder's 3 LSTMs and predictor.lstm "
                                  "(W_ih's style columns folded into a per-call gate bias)"}
+    if name == "f0n" and "frame_token" in getattr(model, "input_names", ()):
+        cut, why = _f0n_cut(model)
+        if cut is None:
+            return model, {TOKEN_RATE: f"not applied: {why}"}
+        cut.eval().requires_grad_(False)
+        return cut, {TOKEN_RATE: "applied: shared's input projection at token rate, "
+                                 "gathered to frames by frame_token (x_gates)",
+                     STYLE_FOLD: "not needed: the token-rate projection covers d's style "
+                                 "columns"}
     if name == "f0n":
         return model, {STYLE_FOLD: "not applicable: f0n_forward takes en as an input, so "
                                    "its style columns are not known to be constant",
-                       "token_rate_projection": "not applicable: f0n_forward takes en, not "
-                                                "d and the alignment"}
+                       TOKEN_RATE: "not applicable: f0n_forward takes en, not d and the "
+                                   "alignment (--f0n-input d)"}
     return model, {}
