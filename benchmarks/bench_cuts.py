@@ -1,10 +1,11 @@
 """Do Kokoro's exact algebra cuts pay? (issue 10, item 3)
 
-1. Components (``--components``, default duration): ``kokoro-lstm port-encoder``'s
+1. Components (``--components``, default duration and f0n): ``kokoro-lstm port-encoder``'s
    pipeline (random weights, --validate, default methods) compiles each component twice,
    with and without ``--no-algebra-cuts``; both exported libraries are loaded in this
    process and timed in alternating rounds (which goes first alternates; a 10 ms untimed
-   pause before each call). Medians and minima.
+   pause before each call). Medians and minima. f0n runs with ``--f0n-input d`` (the
+   only form a cut applies to) at T tokens and F = 4T frames.
 2. The engine alone (``--engine``): one Kokoro LSTM (bidirectional, H 256) at batch 1,
    * style fold: input 640 (x 512 + style 128) vs input 512 + gate_bias (W_s s folded,
      that small matmul included in the timed call);
@@ -66,14 +67,17 @@ def bench_component(comp, T, nth, reps, out_dir):
             pass
 
     reports = {}
+    F = 4 * T if comp == "f0n" else T
     for cuts in (True, False):
         with open(os.devnull, "w") as devnull:
-            (r,) = port([comp], ["auto"], seq_len=T, aligned_len=T, validate=True,
+            (r,) = port([comp], ["auto"], seq_len=T, aligned_len=F, validate=True,
                         no_weights=True, output_dir=os.path.join(out_dir, str(cuts)),
-                        num_threads=nth, progress=_Quiet(stream=devnull), algebra_cuts=cuts)
+                        num_threads=nth, progress=_Quiet(stream=devnull), algebra_cuts=cuts,
+                        f0n_input="d")
         reports["cut" if cuts else "uncut"] = r
     cfg = C.load_config(None)
-    inputs = C.example_inputs(comp, cfg, T, T, torch.Generator().manual_seed(1))
+    inputs = C.example_inputs(comp, cfg, F, F, torch.Generator().manual_seed(1),
+                              n_tokens=T if comp == "f0n" else None)
     fns = {}
     with _threads(nth):
         for k, r in reports.items():
@@ -82,7 +86,8 @@ def bench_component(comp, T, nth, reps, out_dir):
             args = [tvm.runtime.tensor(a.numpy()) for a in inputs]
             fns[k] = (lambda fn=fn, args=args: fn(*args))
         runs = _alternate(fns, reps)
-    row = {"what": f"component {comp}", "length": T, "threads": nth,
+    row = {"what": f"component {comp}" + (f" (--f0n-input d, F = {F})" if F != T else ""),
+           "length": T, "threads": nth,
            "cuts_applied": reports["cut"]["algebra_cuts"]["applied"],
            "max_err": {k: r["validation"]["max_err"] for k, r in reports.items()},
            "loadavg_1min": os.getloadavg()[0], "runs": runs}
@@ -168,7 +173,7 @@ def bench_engine(T, nth, reps):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--components", nargs="*", default=["duration"])
+    p.add_argument("--components", nargs="*", default=["duration", "f0n"])
     p.add_argument("--lengths", nargs="+", type=int, default=[64, 512])
     p.add_argument("--threads", nargs="+", type=int, default=[1])
     p.add_argument("--reps", type=int, default=15)

@@ -300,6 +300,51 @@ def test_style_fold_is_exact_in_eager(km, own_modules):
     assert _cuts.apply_cuts("text_encoder", model, "packed")[1] == {}
 
 
+def test_token_rate_projection_is_exact_in_eager(km):
+    """f0n from d and frame_token: the reference builds en = d^T @ alignment exactly as
+    Kokoro does (so it equals f0n on that en), and the cut (projection at token rate,
+    gathered to frames) matches it; full and short frame lengths."""
+    from kokoro_lstm.cli import _cuts
+
+    ref = C.build_component("f0n", CFG, km, seed=2, f0n_input="d")
+    plain = C.build_component("f0n", CFG, km, seed=2)
+    cut, info = _cuts.apply_cuts("f0n", ref, "packed")
+    assert info[_cuts.TOKEN_RATE].startswith("applied") and cut is not ref
+    for L in (24, 9):
+        d, ft, style, ln = C.example_inputs("f0n", CFG, 24, L, torch.Generator().manual_seed(L),
+                                            n_tokens=7)
+        assert ft.min() >= 0 and ft.max() < 7 and (ft.diff() >= 0).all()
+        aln = torch.zeros(1, 7, 24)
+        aln[0, ft[0], torch.arange(24)] = 1  # Kokoro's pred_aln_trg
+        with torch.no_grad():
+            want = plain(d.transpose(-1, -2) @ aln, style, ln)
+            got_ref, got_cut = ref(d, ft, style, ln), cut(d, ft, style, ln)
+        for a, b, c in zip(want, got_ref, got_cut):
+            assert (a - b).abs().max() <= 1e-5 and (a - c).abs().max() <= 1e-5
+    _, info = _cuts.apply_cuts("f0n", plain, "packed")
+    assert info[_cuts.TOKEN_RATE].startswith("not applicable")
+
+
+def test_f0n_from_d_ports_and_validates(tmp_path):
+    """--f0n-input d: the new signature validates with and without the cut, and the two
+    libraries agree."""
+    for sub, extra in (("cut", ()), ("uncut", ("--no-algebra-cuts",))):
+        assert _port(tmp_path / sub, "f0n", "native", "--f0n-input", "d", *extra) == 0
+    r, u = _report(tmp_path / "cut", "f0n"), _report(tmp_path / "uncut", "f0n")
+    assert r["algebra_cuts"]["applied"] == ["token_rate_projection"] and r["f0n_input"] == "d"
+    assert u["algebra_cuts"]["applied"] == [] and u["validation"]["passed"]
+    assert r["validation"]["passed"] and r["validation"]["max_err"] <= TOL
+    assert r["lstm_ops_in_export"] == {"kokoro.lstm_forward_gated.default": 1}
+    assert [i["name"] for i in r["inputs"]] == ["d", "frame_token", "style", "frame_lengths"]
+    assert [i["shape"] for i in r["inputs"]] == [[1, T, 640], [1, T], [1, 128], [1]]
+    inputs = [a.numpy() for a in C.example_inputs("f0n", CFG, T, 11,
+                                                  torch.Generator().manual_seed(5), n_tokens=T)]
+    a = _vm_outputs(tmp_path / "cut" / "f0n_compiled.so", "f0n_forward", inputs)
+    b = _vm_outputs(tmp_path / "uncut" / "f0n_compiled.so", "f0n_forward", inputs)
+    for x, y in zip(a, b):
+        assert np.abs(x - y).max() <= TOL
+
+
 # --------------------------------------------------------------------------------------
 # semantics
 # --------------------------------------------------------------------------------------
