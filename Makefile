@@ -51,7 +51,7 @@ endif
 
 # ---- C sources and flags (the same per-file ISA flags as setup.py) -------------------
 # Kernels of the other architecture are left out by file suffix (as in setup.py).
-X86_KERNELS := %-avx2fma.c %-avx2f16c.c %-avx512f.c %-avx512bf16.c
+X86_KERNELS := %-avx2fma.c %-avx2f16c.c %-avx512f.c %-avx512bf16.c %-amx.c
 ARM_KERNELS := %-neon.c %-neonbf16.c
 CC_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
 OTHER_KERNELS := $(if $(findstring x86_64,$(CC_MACHINE)),$(ARM_KERNELS),$(if $(or $(findstring aarch64,$(CC_MACHINE)),$(findstring arm64,$(CC_MACHINE))),$(X86_KERNELS),$(X86_KERNELS) $(ARM_KERNELS)))
@@ -70,6 +70,7 @@ isa_flags = $(strip $(if $(filter %-avx2fma.c,$(1)),-mavx2 -mfma) \
                     $(if $(filter %-avx2f16c.c,$(1)),-mavx2 -mfma -mf16c) \
                     $(if $(filter %-avx512f.c,$(1)),-mavx512f -mfma) \
                     $(if $(filter %-avx512bf16.c,$(1)),-mavx512f -mavx512bf16 -mfma) \
+                    $(if $(filter %-amx.c,$(1)),-mavx512f -mavx512bf16 -mamx-tile -mamx-bf16) \
                     $(if $(filter %-neonbf16.c,$(1)),-march=armv8.2-a+bf16))
 
 # ---- BLAS for the C test ----------------------------------------------------------------

@@ -6,7 +6,7 @@ BLAS is OpenBLAS, chosen by KOKORO_LSTM_BLAS:
   system             pkg-config's openblas, or fail
   scipy-openblas32   the wheel (symbols prefixed scipy_; preloaded at import)
 ISA kernels get their own flags by file name (*-avx2fma.c, *-avx2f16c.c, *-avx512f.c,
-*-avx512bf16.c on x86-64; *-neon.c, *-neonbf16.c on aarch64/arm64); the other
+*-avx512bf16.c, *-amx.c on x86-64; *-neon.c, *-neonbf16.c on aarch64/arm64); the other
 architecture's kernel files are left out. Nothing is built with -march=native.
 
 Besides the extension, the build writes kokoro_lstm/lib/kokoro_lstm_tvm.o: the
@@ -30,11 +30,12 @@ ISA_FLAGS = {
     "-avx2fma.c": ["-mavx2", "-mfma"],
     "-avx512f.c": ["-mavx512f", "-mfma"],
     "-avx512bf16.c": ["-mavx512f", "-mavx512bf16", "-mfma"],
+    "-amx.c": ["-mavx512f", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],
     "-avx2f16c.c": ["-mavx2", "-mfma", "-mf16c"],
     "-neon.c": [],
     "-neonbf16.c": ["-march=armv8.2-a+bf16"],
 }
-ARCH_KERNELS = {"x86": ("-avx2fma.c", "-avx512f.c", "-avx512bf16.c", "-avx2f16c.c"), "arm": ("-neon.c", "-neonbf16.c")}
+ARCH_KERNELS = {"x86": ("-avx2fma.c", "-avx512f.c", "-avx512bf16.c", "-avx2f16c.c", "-amx.c"), "arm": ("-neon.c", "-neonbf16.c")}
 
 
 def _target_arch():

@@ -49,7 +49,7 @@ from . import _core, _threads  # noqa: E402
 from ._threads import get_num_threads, set_num_threads  # noqa: E402
 from .numpy_api import LSTM, cache_info, clear_cache, default_num_threads, lstm_forward  # noqa: E402
 
-_ISAS = ("scalar", "avx2", "avx512", "neon", "neon-bf16", "avx512-bf16")  # kl_isa_name() of every KL_ISA_*
+_ISAS = ("scalar", "avx2", "avx512", "neon", "neon-bf16", "avx512-bf16", "avx512-amx")  # kl_isa_name() of every KL_ISA_*
 
 
 def _check_isa_env():

@@ -214,7 +214,7 @@ def test_bad_arguments():
                   bidirectional=True, has_bias=True, num_threads=1, x_gates=True, gate_bias=gb)
 
 
-ISAS = ("scalar", "avx2", "avx512", "avx512-bf16", "neon", "neon-bf16")
+ISAS = ("scalar", "avx2", "avx512", "avx512-bf16", "avx512-amx", "neon", "neon-bf16")
 
 
 @pytest.fixture(params=ISAS)

@@ -22,8 +22,8 @@ _core = kl._core
 
 F32_TOL = 2e-6
 F64_TOL = 1e-12
-ISAS = ["scalar", "avx2", "avx512", "avx512-bf16", "neon", "neon-bf16"]
-ISA_LADDERS = (["scalar", "avx2", "avx512", "avx512-bf16"], ["scalar", "neon", "neon-bf16"])  # x86-64, aarch64
+ISAS = ["scalar", "avx2", "avx512", "avx512-bf16", "avx512-amx", "neon", "neon-bf16"]
+ISA_LADDERS = (["scalar", "avx2", "avx512", "avx512-bf16", "avx512-amx"], ["scalar", "neon", "neon-bf16"])  # x86-64, aarch64
 
 
 # --------------------------------------------------------------------------
@@ -458,15 +458,17 @@ def test_lstm_forward_strided():
 # --------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("bi", [False, True])
-@pytest.mark.parametrize("B", [1, 5])
+@pytest.mark.parametrize("B", [1, 5, 37])
 def test_threads_bitwise_identical(dtype, bi, B):
+    # 16 threads: at B = 37 (three chunks of 16) the recurrence runs on a grid
+    # of chunk groups x hidden-unit threads
     T, I, H, L = 12, 400, 257, 2  # large I: a big input GEMM (K >= 400)
     rng = np.random.default_rng(51)
     params = make_params(rng, I, H, L, bi)
     x = randn(rng, T, B, I)
     ln = unsorted_lengths(rng, T, B)
     results = []
-    for nt in (1, 2, 4):
+    for nt in (1, 2, 4, 16):
         m = kl.LSTM.from_state_dict(params, dtype=dtype, num_threads=nt)
         results.append(m(x, lengths=ln))
     for r in results[1:]:

@@ -75,7 +75,7 @@ typedef struct bcase {
   double samples[256];
   int ns;
   /* the call */
-  int kind; /* 0 cell, 1 proj, 2 vunary, 3 rsum, 4 gemm, 5 fingerprint */
+  int kind; /* 0 cell, 1 proj, 2 vunary, 3 rsum, 4 gemm, 5 fingerprint, 6 f32 gemm */
   const void* fn;
   const void* fn2;
   kl_wtype wt;
@@ -115,6 +115,12 @@ static void run_case(bcase* c) {
       volatile float sink = 0.0f;
       for (int r = 0; r < c->reps; r++) sink += ((kl_f32_rsum_fn)c->fn)((1u << 20) / 4, (const float*)c->w);
       (void)sink;
+      break;
+    }
+    case 6: { /* T = 16 rows of Kokoro's projection: W_ih read in place */
+      const size_t M = 16, N = 2048, K = 640;
+      ((kl_f32_gemm_ukernel_fn)c->fn)(M, N, K, (const float*)io, K, (const float*)c->w, K,
+                                      (float*)io + M * K, N);
       break;
     }
     case 5: {
@@ -220,6 +226,15 @@ int main(int argc, char** argv) {
     c->kind = 4, c->fn = (const void*)kl_gemm_list[i].gemm, c->fn2 = (const void*)kl_gemm_list[i].pack;
     c->wt = kl_gemm_list[i].wt, c->reps = 1;
     c->w = random_weights(KL_W_BF16, 2048 * 640);
+  }
+  for (size_t i = 0; i < kl_f32_gemm_count; i++) {
+    if (kl_f32_gemm_list[i].arch & ~cpu) continue;
+    bcase* c = &cs[n++];
+    snprintf(c->list, sizeof(c->list), "f32-gemm");
+    snprintf(c->name, sizeof(c->name), "%s", kl_f32_gemm_list[i].name);
+    snprintf(c->what, sizeof(c->what), "16x2048x640, W in place");
+    c->kind = 6, c->fn = (const void*)kl_f32_gemm_list[i].fn, c->wt = KL_W_F32, c->reps = 1;
+    c->w = random_weights(KL_W_F32, 2048 * 640);
   }
   for (int i = 0; i < n; i++) run_case(&cs[i]); /* warm up */
   for (int r = 0; r < rounds; r++)

@@ -2,7 +2,7 @@
  * Kernels come from the lists in src/kernels/<op>.inc (best first); an ISA level
  * (kl_isa) allows a set of CPU features (KL_ARCH_*) and the dispatch takes the
  * first entry of a list whose features the active level allows.
- * KOKORO_LSTM_ISA=scalar|avx2|avx512|avx512-bf16 (x86-64) or scalar|neon|neon-bf16
+ * KOKORO_LSTM_ISA=scalar|avx2|avx512|avx512-bf16|avx512-amx (x86-64) or scalar|neon|neon-bf16
  * (aarch64) caps the level (tests run every path); a name this CPU lacks is ignored.
  * KL_FORCE_PORTABLE builds the non-Linux paths on Linux (no getauxval). */
 #include <pthread.h>
@@ -14,6 +14,10 @@
 
 #if defined(KL_HAVE_X86)
 #include <cpuid.h>
+#if defined(__linux__) && !defined(KL_FORCE_PORTABLE)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #endif
 #if defined(KL_HAVE_NEON) && defined(__linux__) && !defined(KL_FORCE_PORTABLE)
 #include <sys/auxv.h>
@@ -35,6 +39,8 @@ static unsigned level_allows(kl_isa isa) {
     case KL_ISA_AVX512: return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F;
     case KL_ISA_AVX512_BF16:
       return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16;
+    case KL_ISA_AVX512_AMX:
+      return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16 | KL_ARCH_AMX_BF16;
     case KL_ISA_NEON: return KL_ARCH_NEON;
     case KL_ISA_NEON_BF16: return KL_ARCH_NEON | KL_ARCH_NEON_BF16;
   }
@@ -50,13 +56,35 @@ static int popcount(unsigned v) {
 
 static int supported(kl_isa isa) {
 #if !defined(KL_HAVE_X86)
-  if (isa == KL_ISA_AVX2 || isa == KL_ISA_AVX512 || isa == KL_ISA_AVX512_BF16) return 0;
+  if (isa == KL_ISA_AVX2 || isa == KL_ISA_AVX512 || isa == KL_ISA_AVX512_BF16 ||
+      isa == KL_ISA_AVX512_AMX)
+    return 0;
 #endif
 #if !defined(KL_HAVE_NEON)
   if (isa == KL_ISA_NEON || isa == KL_ISA_NEON_BF16) return 0;
 #endif
   return (g_arch & level_needs(isa)) == level_needs(isa);
 }
+
+#if defined(KL_HAVE_X86)
+/* AMX-TILE and AMX-BF16 (CPUID.(7,0):EDX bits 24, 22), tile state enabled by the
+ * OS (XCR0 bits 17-18), and on Linux the per-process permission to use tile
+ * data (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16): without it the first
+ * tile instruction kills the process. Other systems: not probed, not used. */
+static int amx_usable(void) {
+#if defined(__linux__) && !defined(KL_FORCE_PORTABLE)
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1u) || !(d >> 22 & 1u)) return 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return 0; /* OSXSAVE */
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & (3u << 17)) != (3u << 17)) return 0;
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+  return 0;
+#endif
+}
+#endif
 
 static void detect(void) {
 #if defined(KL_HAVE_X86)
@@ -68,6 +96,7 @@ static void detect(void) {
     if (__builtin_cpu_supports("avx512f")) {
       g_arch |= KL_ARCH_AVX512F;
       if (__builtin_cpu_supports("avx512bf16")) g_arch |= KL_ARCH_AVX512BF16;
+      if (amx_usable()) g_arch |= KL_ARCH_AMX_BF16;
     }
   }
 #elif defined(KL_HAVE_NEON)
@@ -103,6 +132,7 @@ const char* kl_isa_name(kl_isa isa) {
     case KL_ISA_NEON: return "neon";
     case KL_ISA_NEON_BF16: return "neon-bf16";
     case KL_ISA_AVX512_BF16: return "avx512-bf16";
+    case KL_ISA_AVX512_AMX: return "avx512-amx";
   }
   return "unknown";
 }
@@ -160,6 +190,10 @@ const kl_fp_entry kl_fp_list[] = {
 const kl_vunary_entry kl_softmax_list[] = {
 #include "f32-softmax.inc"
 };
+const kl_f32_gemm_entry kl_f32_gemm_list[] = {
+#include "f32-gemm.inc"
+    {0, KL_W_F32, NULL, NULL, NULL} /* end (the list may be empty) */
+};
 #undef KL_KERNEL
 #define KL_GEMM(arch, wt, isa, gemm, pack) {arch, wt, #isa, #gemm, gemm, pack},
 const kl_gemm_entry kl_gemm_list[] = {
@@ -176,6 +210,7 @@ const size_t kl_rsum_count = COUNT(kl_rsum_list);
 const size_t kl_fp_count = COUNT(kl_fp_list);
 const size_t kl_softmax_count = COUNT(kl_softmax_list);
 const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
+const size_t kl_f32_gemm_count = COUNT(kl_f32_gemm_list) - 1;
 
 /* The first entry of a list for type wt whose features the active level allows
  * (NULL if none: lists end with a scalar entry per type, except the GEMM's). */
@@ -192,6 +227,9 @@ static kl_lstmcell_ukernel_fn first_cell(kl_wtype wt, unsigned arch) {
 static kl_lstmproj_ukernel_fn first_proj(kl_wtype wt, unsigned arch) {
   FIRST(kl_lstmproj_list, kl_lstmproj_count, wt, arch, fn);
 }
+static kl_f32_gemm_ukernel_fn first_f32_gemm(kl_wtype wt, unsigned arch) {
+  FIRST(kl_f32_gemm_list, kl_f32_gemm_count, wt, arch, fn);
+}
 static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
   for (size_t i = 0; i < kl_gemm_count; i++)
     if (kl_gemm_list[i].wt == wt && (kl_gemm_list[i].arch & ~arch) == 0) return &kl_gemm_list[i];
@@ -201,8 +239,13 @@ static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
 kl_kernels kl_select_kernels(kl_wtype wt) {
   const unsigned arch = kl_arch_active();
   const kl_gemm_entry* g = first_gemm(wt, arch);
-  const kl_kernels k = {first_cell(wt, arch), first_proj(wt, arch), g ? g->gemm : NULL,
-                        g ? g->pack : NULL};
+  kl_kernels k = {.cell = first_cell(wt, arch & ~KL_ARCH_AMX_BF16),
+                  .cell_batch = first_cell(wt, arch),
+                  .proj = first_proj(wt, arch),
+                  .gemm = g ? g->gemm : NULL,
+                  .gemm_f32 = first_f32_gemm(wt, arch),
+                  .to_bf16 = g ? g->pack : NULL};
+  if (k.cell_batch == k.cell) k.cell_batch = NULL;
   return k;
 }
 

@@ -310,7 +310,7 @@ typedef struct run_ctx {
   char* hbuf[2];  /* [2][B][Rs] */
   char* c[2];     /* [B][Hp] */
   char* hfull[2]; /* [B][Hp], projection only */
-  kl_barrier* bar;  /* [D] per-step barrier of each direction group */
+  kl_barrier* bar;  /* [D][cg] per-step barrier of each (direction, chunk group) */
   kl_barrier* gbar; /* all threads, after the input GEMM */
   /* per-thread scratch */
   kl_cell_row* rows;   /* [nth][B] */
@@ -334,15 +334,40 @@ static void split(size_t n, int i, int p, size_t* lo, size_t* hi) {
   *hi = n * (size_t)(i + 1) / (size_t)p;
 }
 
-/* A direction group of p > 1 threads splits hidden units (with a barrier per
- * step) when B < CHUNK, else it deals out whole chunks of CHUNK batch
- * elements (in decreasing-length order). The cell kernel computes each
- * element with the same instruction sequence whatever its tile or thread,
- * so results never depend on the thread count. (A per-step BLAS GEMM for
- * large chunks was measured slower than the register-blocked kernel at every
- * batch size: B=16 51.7 vs 33.4 ms, B=64 252 vs 182 ms, T=128, H=256, 1 thread.) */
+/* A direction group of p threads is a grid of cg chunk groups x u unit
+ * threads (plan_split): batch elements go in chunks of CHUNK (in
+ * decreasing-length order), chunk c to chunk group c % cg, and the u threads of
+ * a chunk group split its hidden units, with a barrier per step. The cell
+ * kernel computes each element with the same instruction sequence whatever its
+ * tile or thread, so results never depend on the thread count. (A per-step
+ * BLAS GEMM for large chunks was measured slower than the register-blocked
+ * kernel at every batch size: B=16 51.7 vs 33.4 ms, B=64 252 vs 182 ms,
+ * T=128, H=256, 1 thread.) */
 #define CHUNK 16
-static int unit_split(int p, int64_t B) { return p > 1 && B < CHUNK; }
+/* Unit splitting runs in lockstep (a barrier per step), so every step waits
+ * for the slowest thread of a chunk group. A group of fewer than CHUNK rows
+ * (B < CHUNK) uses at most UNIT_SPLIT_SMALL threads: B = 1, H = 256 was
+ * measured best at 4 (a thread's share of W_hh is then in its own cache), and
+ * B = 4 at 8 threads per direction gained 12% in the best round but doubled the
+ * median (16-core Xeon, 7.4 -> 17.4 ms). A full chunk splits down to one
+ * block of KL_NR units per thread: B = 16, 16 threads (8 per direction)
+ * 48.1 -> 25.2 ms against dealing whole chunks (where only one thread per
+ * direction had work), B = 64 109.8 -> 93.5 ms, B = 16 at 4 threads
+ * 72.8 -> 58.6 ms (T = 256, I = 640, H = 256, medians of 21 alternated rounds). */
+#define UNIT_SPLIT_SMALL 4
+typedef struct split_plan {
+  int cg, u; /* chunk groups, unit threads per chunk group; cg * u <= p */
+} split_plan;
+
+static split_plan plan_split(int p, int64_t B, size_t Hp) {
+  const int64_t nch = (B + CHUNK - 1) / CHUNK;
+  split_plan s = {p < nch ? p : (int)nch, 1};
+  int64_t u = p / s.cg, umax = (int64_t)(Hp / KL_NR);
+  if (B < CHUNK && umax > UNIT_SPLIT_SMALL) umax = UNIT_SPLIT_SMALL;
+  if (u > umax) u = umax;
+  s.u = u < 1 ? 1 : (int)u;
+  return s;
+}
 
 /* One step for n active elements: gates, then c and h. W_hh is streamed
  * forwards on even steps and backwards on odd ones, so the panels used last
@@ -353,37 +378,40 @@ static void cell_step(const run_ctx* x, int d, int64_t s, size_t n, kl_cell_row*
                       size_t blk0, size_t blk1) {
   const kl_lstm* m = x->m;
   const void *w = x->L->w_hh[d], *bias = x->L->bias[d];
+  const kl_lstmcell_ukernel_fn cell =
+      m->k.cell_batch && x->B >= KL_CELL_BATCH_MIN ? m->k.cell_batch : m->k.cell;
   if (!(s & 1)) {
-    m->k.cell(m->R, m->Hp, blk0, blk1, w, bias, n, rows);
+    cell(m->R, m->Hp, blk0, blk1, w, bias, n, rows);
     return;
   }
-  for (size_t blk = blk1; blk > blk0; blk--) m->k.cell(m->R, m->Hp, blk - 1, blk, w, bias, n, rows);
+  for (size_t blk = blk1; blk > blk0; blk--) cell(m->R, m->Hp, blk - 1, blk, w, bias, n, rows);
 }
 
-static void run_direction(const run_ctx* x, int d, int gi, int p, int ith) {
+static void run_direction(const run_ctx* x, int d, int gi, split_plan sp, int ith) {
   const kl_lstm* m = x->m;
   const size_t esz = m->esz, R = m->R, Rs = m->Rs, Hp = m->Hp;
-  const int by_units = unit_split(p, x->B);
+  const int cgi = gi / sp.u, ui = gi % sp.u, by_units = sp.u > 1;
+  if (cgi >= sp.cg) return; /* a leftover thread */
   kl_cell_row* rows = x->rows + (size_t)ith * (size_t)x->B;
   const void** hin = x->ptrs + (size_t)ith * 3 * (size_t)x->B;
   void** hout = (void**)(hin + x->B);
   char** dst = (char**)(hin + 2 * x->B); /* where each active row's h goes in the output */
   int32_t* mine = x->mine + (size_t)ith * (size_t)x->B;
-  /* my elements: whole chunks, each in decreasing-length order */
+  /* my elements: my chunk group's chunks, each in decreasing-length order */
   int64_t n_mine = 0;
   for (int64_t i = 0; i < x->B; i++)
-    if (by_units || (i / CHUNK) % p == gi) mine[n_mine++] = x->ord[i];
+    if ((i / CHUNK) % sp.cg == cgi) mine[n_mine++] = x->ord[i];
   if (n_mine == 0) return;
   size_t blk0 = 0, blk1 = Hp / KL_NR, pb0 = 0, pb1 = m->Pp / KL_NR;
   if (by_units) {
-    split(Hp / KL_NR, gi, p, &blk0, &blk1);
-    split(m->Pp / KL_NR, gi, p, &pb0, &pb1);
+    split(Hp / KL_NR, ui, sp.u, &blk0, &blk1);
+    split(m->Pp / KL_NR, ui, sp.u, &pb0, &pb1);
   }
   /* the slice of h (R values) this thread copies to the output */
   size_t o0 = (m->P ? pb0 : blk0) * KL_NR, o1 = (m->P ? pb1 : blk1) * KL_NR;
   if (o1 > R) o1 = R;
   if (o0 > o1) o0 = o1;
-  kl_barrier* bar = &x->bar[d];
+  kl_barrier* bar = &x->bar[(size_t)d * (size_t)sp.cg + (size_t)cgi];
   const int reverse = d == 1 || m->desc.reverse;
   int64_t steps = 0;
   for (int64_t i = 0; i < n_mine; i++)
@@ -433,15 +461,8 @@ static void run_direction(const run_ctx* x, int d, int gi, int p, int ith) {
 
 static void input_gates(const run_ctx* x, int ith, int nth);
 
-/* Threads per direction for the recurrence. Hidden-unit splitting runs in
- * lockstep (a barrier per step), so it uses at most UNIT_SPLIT_MAX threads per
- * direction: more adds little (a thread's share of W_hh is already in its own
- * cache) and makes every step wait for the slowest of them. */
-#define UNIT_SPLIT_MAX 4
-static int threads_per_direction(int nth, int D, int64_t B) {
-  const int p = nth >= D ? nth / D : 1;
-  return B < CHUNK && p > UNIT_SPLIT_MAX ? UNIT_SPLIT_MAX : p;
-}
+/* Threads per direction for the recurrence: all of them, split by plan_split. */
+static int threads_per_direction(int nth, int D) { return nth >= D ? nth / D : 1; }
 
 /* One layer on the pool: all threads compute the input gates, then each
  * direction group runs its recurrence (leftover threads are done). */
@@ -459,13 +480,13 @@ static void layer_task(void* ctx, int ith, int nth) {
   }
   if (x->Gw) input_gates(x, ith, nth);
   if (nth < D) { /* one thread: directions one after the other */
-    for (int d = 0; d < D; d++) run_direction(x, d, 0, 1, ith);
+    for (int d = 0; d < D; d++) run_direction(x, d, 0, (split_plan){1, 1}, ith);
     return;
   }
   kl_barrier_wait(x->gbar);
-  const int p = threads_per_direction(nth, D, x->B), d = ith / p;
+  const int p = threads_per_direction(nth, D), d = ith / p;
   if (d >= D) return;
-  run_direction(x, d, ith % p, p, ith);
+  run_direction(x, d, ith % p, plan_split(p, x->B, x->m->Hp), ith);
 }
 
 /* Finds how the (t, b) rows of a [T, B, K] strided array form one strided
@@ -586,9 +607,13 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     const int64_t nc = (int64_t)H - c0 < ncol ? (int64_t)H - c0 : ncol;
     const kl_wih_view* v = &x->wv[d];
     char* C = x->Gw + ((size_t)r0 * x->ldg + (size_t)blk * Hp + (size_t)c0) * esz;
-    gemm(m, mr, nc, (int64_t)K, x->in + (size_t)(r0 * x->lda) * esz, x->lda,
-         (const char*)v->w + (size_t)((g * v->gstride + c0) * v->ld) * esz, v->ld, C,
-         (int64_t)x->ldg);
+    const char* A = x->in + (size_t)(r0 * x->lda) * esz;
+    const char* W = (const char*)v->w + (size_t)((g * v->gstride + c0) * v->ld) * esz;
+    if (m->k.gemm_f32 && M < KL_F32_GEMM_MAX_M) /* by the shape only, never the thread count */
+      m->k.gemm_f32((size_t)mr, (size_t)nc, K, (const float*)A, (size_t)x->lda, (const float*)W,
+                    (size_t)v->ld, (float*)C, x->ldg);
+    else
+      gemm(m, mr, nc, (int64_t)K, A, x->lda, W, v->ld, C, (int64_t)x->ldg);
     if (c0 + nc == (int64_t)H && Hp > H)
       for (int64_t r = 0; r < mr; r++) memset(C + ((size_t)r * x->ldg + (size_t)nc) * esz, 0, (Hp - H) * esz);
     if (x->gate_bias) add_gate_bias(x, r0, mr, (size_t)(blk * (int64_t)Hp + c0), (size_t)nc);
@@ -608,7 +633,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   const size_t esz = m->esz, R = m->R, Rs = m->Rs, H = m->H, Hp = m->Hp;
   const size_t DR = (size_t)D * R, ldg = (size_t)D * 4 * Hp;
   int nth = a->num_threads;
-  if (nth > 512) nth = 512;
+  if (nth > KL_MAX_THREADS) nth = KL_MAX_THREADS; /* as kl_pool_run: the plan must match */
   if (a->lengths)
     for (int64_t b = 0; b < B; b++)
       if (a->lengths[b] < 1 || a->lengths[b] > T) return KL_ERR_ARG;
@@ -630,7 +655,10 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
   int32_t* ord = malloc((size_t)B * sizeof(int32_t));
-  kl_barrier* bar = aligned_alloc(64, kl_round_up(3 * sizeof(kl_barrier), 64));
+  /* a per-step barrier per (direction, chunk group), then one for all threads */
+  const split_plan sp = plan_split(threads_per_direction(nth, D), B, Hp);
+  const size_t nbar = (size_t)D * (size_t)sp.cg + 1;
+  kl_barrier* bar = aligned_alloc(64, kl_round_up(nbar * sizeof(kl_barrier), 64));
   kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
   const void** ptrs = malloc((size_t)nth * 3 * (size_t)B * sizeof(void*));
   int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
@@ -655,7 +683,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   }
 
   run_ctx x = {.m = m, .T = T, .B = B, .len = len, .ord = ord, .xb = xb,
-               .bar = bar, .gbar = bar + 2, .rows = rows, .ptrs = ptrs, .mine = mine};
+               .bar = bar, .gbar = bar + nbar - 1, .rows = rows, .ptrs = ptrs, .mine = mine};
   for (int d = 0; d < D; d++) {
     char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
     x.hbuf[d] = s;
@@ -718,8 +746,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     for (int64_t b = 0; b < B; b++)
       for (int64_t t = len[b]; t < T; t++)
         memset(x.out + (size_t)(t * x.out_st + b * x.out_sb) * esz, 0, DR * esz);
-    const int p = threads_per_direction(nth, D, B);
-    for (int d = 0; d < D; d++) kl_barrier_init(&x.bar[d], unit_split(p, B) ? p : 1);
+    for (size_t i = 0; i + 1 < nbar; i++) kl_barrier_init(&x.bar[i], sp.u);
     kl_barrier_init(x.gbar, nth);
     /* BLAS runs single-threaded inside our threads (never oversubscribed). */
     const int blas_prev = kl_blas_get_num_threads();

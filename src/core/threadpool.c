@@ -31,7 +31,6 @@
 #define KL_PAUSE() ((void)0)
 #endif
 
-#define KL_MAX_THREADS 512 /* < 1024: nth travels in the low bits of gen */
 #define KL_SPIN_JOB_NS 200000     /* a worker waits for the next job this long before sleeping */
 #define KL_SPIN_BARRIER_NS 100000 /* and at a barrier this long */
 #define KL_SPIN_YIELD 1024        /* caller's spins between sched_yield while workers finish */

@@ -204,7 +204,7 @@ void kl_set_num_threads(int n);
 int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size);
 
 /* ---- CPU dispatch ------------------------------------------------------ */
-/* x86-64: scalar < avx2 < avx512 < avx512-bf16; aarch64: scalar < neon < neon-bf16.
+/* x86-64: scalar < avx2 < avx512 < avx512-bf16 < avx512-amx; aarch64: scalar < neon < neon-bf16.
  * Each level allows the kernels of the levels below it; avx512 is AVX-512F without
  * the AVX512_BF16 kernels. Only the current architecture's names are ever
  * supported (kl_isa_supported). */
@@ -215,8 +215,9 @@ typedef enum kl_isa {
   KL_ISA_NEON = 3,
   KL_ISA_NEON_BF16 = 4, /* NEON + BFDOT (FEAT_BF16) */
   KL_ISA_AVX512_BF16 = 5, /* AVX-512F + AVX512_BF16 (vdpbf16ps) */
+  KL_ISA_AVX512_AMX = 6,  /* avx512-bf16 + AMX-BF16 (tdpbf16ps) for the bfloat16 input projection */
 } kl_isa;
-#define KL_ISA_COUNT 6 /* names are kl_isa_name(0 .. KL_ISA_COUNT-1) */
+#define KL_ISA_COUNT 7 /* names are kl_isa_name(0 .. KL_ISA_COUNT-1) */
 
 kl_isa kl_isa_detected(void);  /* best ISA this CPU (and build) supports */
 int kl_isa_supported(kl_isa isa); /* 1 if kl_isa_set(isa) would succeed */

@@ -310,7 +310,7 @@ static int parse_isa(const char* name, kl_isa* isa) {
       *isa = (kl_isa)i;
       return 1;
     }
-  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, neon or neon-bf16)", name);
+  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, avx512-amx, neon or neon-bf16)", name);
   return 0;
 }
 
@@ -428,7 +428,7 @@ static PyMethodDef module_methods[] = {
     {"bench_fingerprint", mod_bench_fingerprint, METH_VARARGS, "bench_fingerprint(nbytes, num_threads, reps): best seconds of the cache's staleness check."},
     {"bench_sgemm", mod_bench_sgemm, METH_VARARGS, "bench_sgemm(M, N, K, num_threads, reps): best seconds of the engine-style sgemm."},
     {"bench_stream", mod_bench_stream, METH_VARARGS, "bench_stream(nbytes, reps): best seconds to read a cached buffer once."},
-    {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2', 'avx512', 'avx512-bf16' (x86-64), 'neon' or 'neon-bf16' (aarch64) for engines built afterwards."},
+    {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2', 'avx512', 'avx512-bf16', 'avx512-amx' (x86-64), 'neon' or 'neon-bf16' (aarch64) for engines built afterwards."},
     {"get_isa", mod_get_isa, METH_NOARGS, "The ISA new engines use."},
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
     {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},

@@ -6,7 +6,7 @@
  * sequence's length are 0; h_n / c_n are the states after each sequence's
  * last valid step), for every ISA the CPU supports and every dtype:
  *   float32 within 2e-6, bfloat16 within 1e-2, float64 within 1e-12.
- * Results must be bitwise identical for 1, 2 and 4 threads, bad arguments
+ * Results must be bitwise identical for 1, 2, 4 and 16 threads, bad arguments
  * must give KL_ERR_ARG.
  *
  * Every kernel of every kernel list (src/kernels/<op>.inc) that this CPU can
@@ -773,7 +773,11 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
             r1.pad_ok ? "" : " ROW PADDING OVERWRITTEN");
       int same = 1;
       char detail[128] = "";
-      for (int nth = 2; nth <= 4; nth *= 2) {
+      /* 16 threads: 8 per direction, so batches of more than one chunk
+       * (B > 16) run on a grid of chunk groups x unit threads */
+      static const int nths[] = {2, 4, 16};
+      for (size_t k = 0; k < sizeof(nths) / sizeof(nths[0]); k++) {
+        const int nth = nths[k];
         run_engine(lm, NULL, &in, nth, &rn);
         if (rn.st != KL_OK || memcmp(rn.ybuf, r1.ybuf, r1.ybytes) != 0 ||
             memcmp(rn.hn, r1.hn, r1.hnbytes) != 0 || memcmp(rn.cn, r1.cn, r1.cnbytes) != 0) {
@@ -783,7 +787,7 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
         }
         result_free(&rn);
       }
-      check(same, "%s num_threads 1,2,4 bitwise identical%s", tag, detail);
+      check(same, "%s num_threads 1,2,4,16 bitwise identical%s", tag, detail);
       test_forward_entry(&m, &in, &r1, tag);
       test_gate_input(&m, dt, x, len, c->lengths != 0, h0, c0, tag);
       kl_cache_clear();
@@ -1130,7 +1134,7 @@ static const kl_lstmproj_entry* scalar_proj(kl_wtype wt) {
 
 /* Kernels that round h to bfloat16 (BF16 dot-product instructions) are looser. */
 static double kernel_tol(kl_wtype wt, const char* isa) {
-  return wt == KL_W_BF16 && strstr(isa, "bf16") ? 2e-2 : 2e-5;
+  return wt == KL_W_BF16 && (strstr(isa, "bf16") || strcmp(isa, "amx") == 0) ? 2e-2 : 2e-5;
 }
 
 #define KNB 13 /* batch rows: 1, 3, 6, 13 (4- and 6-row tiles and their remainders) */
@@ -1288,11 +1292,11 @@ static void test_rsum_kernel(const kl_rsum_entry* k, const kl_rsum_entry* ref) {
 /* A low-precision input projection against a double product of the same
  * rounded values: M around the row tile, odd K, one and two column panels. */
 static void test_gemm_kernel(const kl_gemm_entry* k) {
-  const size_t Ms[] = {1, 6, 13}, Ks[] = {1, 37}, Ns[] = {64, 128};
+  const size_t Ms[] = {1, 6, 13, 16, 18, 35}, Ks[] = {1, 37, 64}, Ns[] = {64, 128};
   char why[160] = "";
   int ok = 1;
-  for (size_t mi = 0; mi < 3 && ok; mi++)
-    for (size_t ki = 0; ki < 2 && ok; ki++)
+  for (size_t mi = 0; mi < 6 && ok; mi++)
+    for (size_t ki = 0; ki < 3 && ok; ki++)
       for (size_t ni = 0; ni < 2 && ok; ni++) {
         const size_t M = Ms[mi], K = Ks[ki], N = Ns[ni], Kp = (K + 1) / 2, ldx = K + 3, ldc = N + 5;
         float* X = xcalloc(M * ldx, sizeof(float));
@@ -1338,7 +1342,57 @@ static void test_gemm_kernel(const kl_gemm_entry* k) {
         free(W);
       }
   check(ok, "[kernel %s] %s GEMM (with %s) vs a double product of the rounded values: M = 1, 6, "
-        "13, K = 1, 37, N = 64, 128%s", k->name, wtype_name(k->wt), k->isa, why);
+        "13, 16, 18, 35, K = 1, 37, 64, N = 64, 128%s", k->name, wtype_name(k->wt), k->isa, why);
+}
+
+/* A float32 few-row projection against a double product: odd M, N and K around
+ * the tiles (6 rows, 4 columns, 16 k), strided operands, W read in place, no
+ * write past N; an infinity and a NaN in A reach exactly their row. */
+static void test_f32_gemm_kernel(const kl_f32_gemm_entry* k) {
+  const size_t Ms[] = {1, 5, 6, 13, 31}, Ns[] = {1, 3, 4, 7, 64}, Ks[] = {1, 15, 16, 37};
+  char why[200] = "";
+  int ok = 1;
+  for (size_t mi = 0; mi < 5 && ok; mi++)
+    for (size_t ni = 0; ni < 5 && ok; ni++)
+      for (size_t ki = 0; ki < 4 && ok; ki++) {
+        const size_t M = Ms[mi], N = Ns[ni], K = Ks[ki], lda = K + 3, ldw = K + 5, ldc = N + 2;
+        float* A = xcalloc(M * lda, sizeof(float));
+        float* W = xcalloc(N * ldw, sizeof(float));
+        float* C = xcalloc(M * ldc, sizeof(float));
+        for (size_t i = 0; i < M * lda; i++) A[i] = (float)urand(-2.0, 2.0);
+        for (size_t i = 0; i < N * ldw; i++) W[i] = (float)urand(-0.5, 0.5);
+        const size_t inf_row = M > 2 ? 1 : M, nan_row = M > 2 ? M - 1 : M; /* M <= 2: none */
+        if (inf_row < M) A[inf_row * lda + K / 2] = INFINITY;
+        if (nan_row < M) A[nan_row * lda] = NAN;
+        for (size_t i = 0; i < M * ldc; i++) C[i] = 777.0f;
+        k->fn(M, N, K, A, lda, W, ldw, C, ldc);
+        for (size_t m = 0; m < M && ok; m++)
+          for (size_t n = 0; n < ldc && ok; n++) {
+            const float got = C[m * ldc + n];
+            if (n >= N) {
+              if (got != 777.0f) { ok = 0; snprintf(why, sizeof(why), " (wrote past N)"); }
+              continue;
+            }
+            double ref = 0.0, mag = 0.0;
+            for (size_t kk = 0; kk < K; kk++) {
+              ref += (double)A[m * lda + kk] * (double)W[n * ldw + kk];
+              mag += fabs((double)A[m * lda + kk] * (double)W[n * ldw + kk]);
+            }
+            const int bad = m == nan_row ? !isnan(got)
+                          : isinf(ref) || isnan(ref) ? !(isnan(got) && isnan(ref)) && got != (float)ref
+                          : !(fabs((double)got - ref) <= 1e-6 * (1.0 + mag));
+            if (bad) {
+              ok = 0;
+              snprintf(why, sizeof(why), " (M=%zu N=%zu K=%zu C[%zu,%zu] = %.9g, want %.9g)", M, N, K,
+                       m, n, (double)got, ref);
+            }
+          }
+        free(A);
+        free(W);
+        free(C);
+      }
+  check(ok, "[kernel %s] f32 few-row GEMM vs a double product: M = 1, 5, 6, 13, 31, N = 1, 3, 4, "
+        "7, 64, K = 1, 15, 16, 37, strided, +inf and NaN rows%s", k->name, why);
 }
 
 /* The portable half conversions: every half widens exactly and narrows back to
@@ -1410,6 +1464,9 @@ static void test_kernel_lists(void) {
     if (cpu_has(kl_fp_list[i].arch, kl_fp_list[i].name)) test_fp_kernel(&kl_fp_list[i]);
   for (size_t i = 0; i < kl_gemm_count; i++)
     if (cpu_has(kl_gemm_list[i].arch, kl_gemm_list[i].name)) test_gemm_kernel(&kl_gemm_list[i]);
+  for (size_t i = 0; i < kl_f32_gemm_count; i++)
+    if (cpu_has(kl_f32_gemm_list[i].arch, kl_f32_gemm_list[i].name))
+      test_f32_gemm_kernel(&kl_f32_gemm_list[i]);
   /* every weight type has a scalar kernel, so the dispatch never comes back empty */
   const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
   int ok = 1;
@@ -1428,17 +1485,22 @@ static void test_dispatch(const char* name) {
   char why[200] = "";
   for (size_t t = 0; t < sizeof(wts) / sizeof(wts[0]); t++) {
     const kl_kernels k = kl_select_kernels(wts[t]);
-    const kl_lstmcell_entry* want = NULL;
+    /* the first allowed entry for batches; without AMX tiles for small calls */
+    const kl_lstmcell_entry *want = NULL, *small = NULL;
     for (size_t i = 0; i < kl_lstmcell_count && !want; i++)
       if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~arch) == 0) want = &kl_lstmcell_list[i];
-    if (!want || k.cell != want->fn) {
+    for (size_t i = 0; i < kl_lstmcell_count && !small; i++)
+      if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~(arch & ~KL_ARCH_AMX_BF16)) == 0)
+        small = &kl_lstmcell_list[i];
+    if (!want || !small || k.cell != small->fn || (k.cell_batch ? k.cell_batch : k.cell) != want->fn) {
       ok = 0;
       snprintf(why, sizeof(why), " (%s)", wtype_name(wts[t]));
     } else {
       snprintf(why + strlen(why), sizeof(why) - strlen(why), " %s=%s", wtype_name(wts[t]), want->name);
     }
   }
-  check(ok, "[%s] dispatch picks the first allowed list entry per type:%s", name, why);
+  check(ok, "[%s] dispatch picks the first allowed list entry per type (without AMX below %d rows):%s",
+        name, KL_CELL_BATCH_MIN, why);
 }
 
 /* ---- main ---------------------------------------------------------------- */
