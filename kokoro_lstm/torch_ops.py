@@ -77,6 +77,7 @@ __all__ = [
     "lstm_forward_bidirectional",
     "lstm_forward_packed",
     "lstm_forward_packed_bidirectional",
+    "lstm_forward_gated",
     "clear_cache",
     "set_num_threads",
     "get_num_threads",
@@ -317,10 +318,70 @@ def _register():
 
 _lib = _register()
 
+# --------------------------------------------------------------------------------------
+# kokoro_lstm's own op: layer 0's gate input given or augmented by the caller
+# --------------------------------------------------------------------------------------
+_GATED_SCHEMA = (
+    "(Tensor input, Tensor? lengths, Tensor? gate_bias, bool x_gates, "
+    "Tensor weight_ih_l0, Tensor weight_hh_l0, Tensor? bias_ih_l0, Tensor? bias_hh_l0, "
+    "Tensor? weight_ih_l0_reverse=None, Tensor? weight_hh_l0_reverse=None, "
+    "Tensor? bias_ih_l0_reverse=None, Tensor? bias_hh_l0_reverse=None) -> " + _RET)
+
+
+def _gated_shapes(x, w):
+    p = "kokoro::lstm_forward_gated: "
+    _check(x.dim() == 3, lambda: p + f"input must be 3-D [T, B, F], got {tuple(x.shape)}")
+    _check(w[0].dim() == 2 and w[0].shape[0] % 4 == 0 and w[0].shape[0] >= 4,
+           lambda: p + f"weight_ih_l0 must be [4H, I], got {tuple(w[0].shape)}")
+    D = 2 if len(w) > 4 and w[4] is not None else 1
+    return x.shape[0], x.shape[1], w[0].shape[0] // 4, D
+
+
+def _gated_fake(x, lengths, gate_bias, x_gates, *w):
+    T, B, H, D = _gated_shapes(x, w)
+    return x.new_empty((T, B, D * H)), x.new_empty((D, B, H)), x.new_empty((D, B, H))
+
+
+def _gated_cpu(x, lengths, gate_bias, x_gates, *w):
+    _check_no_grad("lstm_forward_gated", ("input", "gate_bias"), (x, gate_bias))
+    T, B, H, D = _gated_shapes(x, w)
+    x = x.contiguous()
+    out = x.new_empty((T, B, D * H))
+    h_n, c_n = x.new_empty((D, B, H)), x.new_empty((D, B, H))
+    has_bias = w[2] is not None
+    weights = [_np(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
+    try:
+        kokoro_lstm._core.forward(
+            _np(x), None if lengths is None else _np(lengths.contiguous()), None, None, weights,
+            out.numpy(), h_n.numpy(), c_n.numpy(), num_layers=1, bidirectional=D == 2,
+            has_bias=has_bias, dtype="float64" if x.dtype == torch.float64 else "float32",
+            num_threads=get_num_threads(),
+            gate_bias=None if gate_bias is None else _np(gate_bias.contiguous()),
+            x_gates=bool(x_gates))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"kokoro::lstm_forward_gated: {e}") from None
+    return out, h_n, c_n
+
+
+def _register_gated():
+    _lib.define("lstm_forward_gated" + _GATED_SCHEMA)
+    _lib.impl("lstm_forward_gated", _gated_cpu, "CPU")
+    torch.library.register_fake("kokoro::lstm_forward_gated", _gated_fake, lib=_lib)
+
+
+_register_gated()
+
 lstm_forward = torch.ops.kokoro.lstm_forward.default
 lstm_forward_bidirectional = torch.ops.kokoro.lstm_forward_bidirectional.default
 lstm_forward_packed = torch.ops.kokoro.lstm_forward_packed.default
 lstm_forward_packed_bidirectional = torch.ops.kokoro.lstm_forward_packed_bidirectional.default
+#: kokoro::lstm_forward_gated(input [T, B, F], lengths?, gate_bias? [D, B, 4H], x_gates,
+#: weights (forward, then optional reverse)) -> (output, h_n, c_n): one layer, seq-first,
+#: zero initial states, layer 0's gates = W_ih x_t + gate_bias (x_gates: x + gate_bias,
+#: x being the caller's W_ih x_t, [T, B, D*4H]); packed semantics when lengths is given.
+#: The exact algebra cuts of ``kokoro-lstm port-encoder`` use it (kokoro_lstm's own op,
+#: not kokoro-tvm's; TVM lowers it with lstm_method='native').
+lstm_forward_gated = torch.ops.kokoro.lstm_forward_gated.default
 
 
 # --------------------------------------------------------------------------------------

@@ -116,8 +116,16 @@ def test_port_end_to_end(ported, component, method):
     assert ('"kokoro_lstm.lstm_forward_v2"' in ir) == (method == "native")
     n_lstm = {"text_encoder": 1, "duration": 4, "f0n": 1}[component]
     assert sum(r["lstm_ops_in_export"].values()) == n_lstm
+    # duration with native: the style fold (exact algebra cut) on all four LSTMs
+    cut = component == "duration" and method == "native"
+    assert r["algebra_cuts"]["applied"] == (["style_fold"] if cut else [])
     assert r["lstm_ops_in_export"].get(
-        "kokoro.lstm_forward_packed_bidirectional.default") == n_lstm
+        "kokoro.lstm_forward_gated.default" if cut
+        else "kokoro.lstm_forward_packed_bidirectional.default") == n_lstm
+    if component == "duration" and method == "tir":
+        assert "cuts need 'native'" in r["algebra_cuts"]["detail"]["style_fold"]
+    if component == "f0n":
+        assert r["algebra_cuts"]["detail"]["style_fold"].startswith("not applicable")
     want_in = {"text_encoder": [[1, T], [1], [1, T]],
                "duration": [[1, 512, T], [1, 128], [1], [1, T]],
                "f0n": [[1, 640, T], [1, 128], [1]]}[component]
@@ -249,6 +257,92 @@ def test_compiled_matches_eager_and_ignores_padding(ported, km):
     assert np.abs(got - want).max() <= TOL
     assert np.abs(got[..., :L] - unpadded).max() <= TOL
     assert not got[..., L:].any()  # Kokoro masks the padding
+
+
+# --------------------------------------------------------------------------------------
+# algebra cuts
+# --------------------------------------------------------------------------------------
+def test_no_algebra_cuts_gives_the_same_numbers(ported, tmp_path):
+    """--no-algebra-cuts exports Kokoro's graph as it is; both validate against
+    PyTorch, and the two libraries agree on the same inputs (full and short)."""
+    assert _port(tmp_path, "duration", "native", "--no-algebra-cuts") == 0
+    r = _report(tmp_path, "duration")
+    assert r["algebra_cuts"]["applied"] == [] and r["validation"]["passed"]
+    assert "--no-algebra-cuts" in r["algebra_cuts"]["detail"]["all"]
+    assert r["lstm_ops_in_export"] == {"kokoro.lstm_forward_packed_bidirectional.default": 4}
+    cut_dir = ported["duration", "native"][1]
+    for L in (T, 5):
+        inputs = [a.numpy() for a in _inputs("duration", L, seed=3)]
+        a = _vm_outputs(cut_dir / "duration_compiled.so", "duration_forward", inputs)
+        b = _vm_outputs(tmp_path / "duration_compiled.so", "duration_forward", inputs)
+        for x, y in zip(a, b):
+            assert np.abs(x - y).max() <= TOL
+
+
+@pytest.mark.parametrize("own_modules", [False, True])
+def test_style_fold_is_exact_in_eager(km, own_modules):
+    """The cut wrapper against the original component in eager PyTorch (Kokoro's
+    modules and this package's copies), full and short lengths, at Kokoro's sizes."""
+    from kokoro_lstm.cli import _cuts
+
+    model = C.build_component("duration", CFG, own if own_modules else km, seed=1)
+    cut, info = _cuts.apply_cuts("duration", model, "packed")
+    assert cut is not model and info["style_fold"].startswith("applied")
+    for L in (T, 1, 7):
+        inputs = _inputs("duration", L, seed=L)
+        with torch.no_grad():
+            want, got = model(*inputs), cut(*inputs)
+        for a, b in zip(want, got):
+            assert a.shape == b.shape and (a - b).abs().max() <= 1e-5
+    # padded semantics: the padded steps' style columns are masked to 0, not folded
+    same, info = _cuts.apply_cuts("duration", model, "padded")
+    assert same is model and info["style_fold"].startswith("not applied: padded")
+    assert _cuts.apply_cuts("text_encoder", model, "packed")[1] == {}
+
+
+def test_token_rate_projection_is_exact_in_eager(km):
+    """f0n from d and frame_token: the reference builds en = d^T @ alignment exactly as
+    Kokoro does (so it equals f0n on that en), and the cut (projection at token rate,
+    gathered to frames) matches it; full and short frame lengths."""
+    from kokoro_lstm.cli import _cuts
+
+    ref = C.build_component("f0n", CFG, km, seed=2, f0n_input="d")
+    plain = C.build_component("f0n", CFG, km, seed=2)
+    cut, info = _cuts.apply_cuts("f0n", ref, "packed")
+    assert info[_cuts.TOKEN_RATE].startswith("applied") and cut is not ref
+    for L in (24, 9):
+        d, ft, style, ln = C.example_inputs("f0n", CFG, 24, L, torch.Generator().manual_seed(L),
+                                            n_tokens=7)
+        assert ft.min() >= 0 and ft.max() < 7 and (ft.diff() >= 0).all()
+        aln = torch.zeros(1, 7, 24)
+        aln[0, ft[0], torch.arange(24)] = 1  # Kokoro's pred_aln_trg
+        with torch.no_grad():
+            want = plain(d.transpose(-1, -2) @ aln, style, ln)
+            got_ref, got_cut = ref(d, ft, style, ln), cut(d, ft, style, ln)
+        for a, b, c in zip(want, got_ref, got_cut):
+            assert (a - b).abs().max() <= 1e-5 and (a - c).abs().max() <= 1e-5
+    _, info = _cuts.apply_cuts("f0n", plain, "packed")
+    assert info[_cuts.TOKEN_RATE].startswith("not applicable")
+
+
+def test_f0n_from_d_ports_and_validates(tmp_path):
+    """--f0n-input d: the new signature validates with and without the cut, and the two
+    libraries agree."""
+    for sub, extra in (("cut", ()), ("uncut", ("--no-algebra-cuts",))):
+        assert _port(tmp_path / sub, "f0n", "native", "--f0n-input", "d", *extra) == 0
+    r, u = _report(tmp_path / "cut", "f0n"), _report(tmp_path / "uncut", "f0n")
+    assert r["algebra_cuts"]["applied"] == ["token_rate_projection"] and r["f0n_input"] == "d"
+    assert u["algebra_cuts"]["applied"] == [] and u["validation"]["passed"]
+    assert r["validation"]["passed"] and r["validation"]["max_err"] <= TOL
+    assert r["lstm_ops_in_export"] == {"kokoro.lstm_forward_gated.default": 1}
+    assert [i["name"] for i in r["inputs"]] == ["d", "frame_token", "style", "frame_lengths"]
+    assert [i["shape"] for i in r["inputs"]] == [[1, T, 640], [1, T], [1, 128], [1]]
+    inputs = [a.numpy() for a in C.example_inputs("f0n", CFG, T, 11,
+                                                  torch.Generator().manual_seed(5), n_tokens=T)]
+    a = _vm_outputs(tmp_path / "cut" / "f0n_compiled.so", "f0n_forward", inputs)
+    b = _vm_outputs(tmp_path / "uncut" / "f0n_compiled.so", "f0n_forward", inputs)
+    for x, y in zip(a, b):
+        assert np.abs(x - y).max() <= TOL
 
 
 # --------------------------------------------------------------------------------------
@@ -573,7 +667,9 @@ def test_demo_subcommand(tmp_path):
     assert sorted((row[0], row[1]) for row in body) == sorted(
         (c, m) for c in ("text_encoder", "duration") for m in ("native", "tir", "relax"))
     assert all(row[2] == "native" for row in body)  # the dense method column
-    ir = {(row[0], row[1]): int(row[3]) for row in body}
+    assert all(row[3] == ("style_fold" if row[:2] == ["duration", "native"] else "-")
+               for row in body)  # the algebra cuts column
+    ir = {(row[0], row[1]): int(row[4]) for row in body}
     assert ir["duration", "relax"] > ir["duration", "tir"] > ir["duration", "native"]
     for m in ("native", "tir", "relax"):
         assert (tmp_path / m / "duration_compiled.so").is_file()

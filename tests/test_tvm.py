@@ -470,7 +470,8 @@ def test_select_method():
 def test_convert_map_keys():
     keys = set(kt.convert_map("tir"))
     assert keys == {"lstm.input", "lstm_forward.default", "lstm_forward_bidirectional.default",
-                    "lstm_forward_packed.default", "lstm_forward_packed_bidirectional.default"}
+                    "lstm_forward_packed.default", "lstm_forward_packed_bidirectional.default",
+                    "lstm_forward_gated.default"}
 
 
 @pytest.mark.parametrize("method", UNROLLED)

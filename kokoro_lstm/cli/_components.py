@@ -10,9 +10,18 @@ function names and signatures (batch 1, static shapes)::
         -> (duration [1,T,50], d [1,T,640])
     f0n_forward(en [1,640,F], style [1,128], frame_lengths int64 [1])
         -> (F0 [1,2F], N [1,2F])
+    f0n_forward(d [1,T,640], frame_token int64 [1,F], style [1,128], frame_lengths int64 [1])
+        -> (F0 [1,2F], N [1,2F])          (--f0n-input d)
     bert_forward(input_ids int64 [1,T], attention_mask int64 [1,T]) -> (d_en [1,512,T],)
 
 ``mask`` is True at padding (Kokoro's convention: ``arange(T) >= length``).
+
+``--f0n-input d``: f0n takes what Kokoro builds ``en`` from, ``d`` (duration's second
+output) and ``frame_token`` (the token each frame copies: Kokoro's
+``repeat_interleave(arange(T), durations)``, in 0..T-1; clamped), and computes
+``en = d^T @ alignment`` itself (``alignment[t, f] = frame_token[f] == t``, Kokoro's
+``pred_aln_trg``), so that shared's input projection can run at token rate (see
+:mod:`._cuts`). T is ``--seq-len``, F ``--aligned-len``.
 
 Semantics (``--lstm-semantics``): ``packed`` runs every LSTM on the valid prefix only
 (``pack_padded_sequence`` -> LSTM -> ``pad_packed_sequence``, as Kokoro does), with the
@@ -396,13 +405,34 @@ def _wrappers():
             bert_dur = self.bert(input_ids, attention_mask=attention_mask)
             return (self.bert_encoder(bert_dur).transpose(-1, -2),)
 
+    class F0NFromTokensPart(nn.Module):
+        """f0n from d and frame_token (``--f0n-input d``): en = d^T @ alignment as
+        Kokoro's KModel builds it, then F0NPart."""
+
+        function = "f0n_forward"
+        input_names = ("d", "frame_token", "style", "frame_lengths")
+        output_names = ("F0", "N")
+        length_input = "aligned_len"
+
+        def __init__(self, predictor):
+            super().__init__()
+            self.f0n = F0NPart(predictor)
+
+        def forward(self, d, frame_token, style, frame_lengths):
+            T = d.shape[1]
+            idx = frame_token.clamp(0, T - 1)
+            alignment = (torch.arange(T)[None, :, None] == idx[:, None, :]).to(d.dtype)
+            en = d.transpose(-1, -2) @ alignment  # [1, 640, F]
+            return self.f0n(en, style, frame_lengths)
+
     return {"text_encoder": TextEncoderPart, "duration": DurationPart, "f0n": F0NPart,
-            "bert": BertPart}, torch
+            "f0n_d": F0NFromTokensPart, "bert": BertPart}, torch
 
 
-def build_component(name, cfg, km, ckpt=None, seed=0):
+def build_component(name, cfg, km, ckpt=None, seed=0, f0n_input="en"):
     """The component's nn.Module (eval, no grad), random init (seeded) or loaded
-    strictly from ``ckpt`` (a Kokoro .pth dict)."""
+    strictly from ``ckpt`` (a Kokoro .pth dict). ``f0n_input``: "en" (kokoro-tvm's
+    signature) or "d" (d and frame_token, see the module docstring)."""
     classes, torch = _wrappers()
     torch.manual_seed(seed)
     with warnings.catch_warnings():
@@ -420,7 +450,7 @@ def build_component(name, cfg, km, ckpt=None, seed=0):
                                        dropout=cfg["dropout"])
             if ckpt is not None:
                 _load_strict(pred, _entry(ckpt, "predictor"), "predictor")
-            model = classes[name](pred)
+            model = classes["f0n_d" if name == "f0n" and f0n_input == "d" else name](pred)
         elif name == "bert":
             try:
                 from transformers import AlbertConfig
@@ -439,9 +469,11 @@ def build_component(name, cfg, km, ckpt=None, seed=0):
     return model
 
 
-def example_inputs(name, cfg, T, length, gen):
+def example_inputs(name, cfg, T, length, gen, n_tokens=None):
     """Inputs of component ``name`` at static length T with ``length`` valid steps
-    (random values everywhere, padding included; ``gen`` a torch.Generator)."""
+    (random values everywhere, padding included; ``gen`` a torch.Generator).
+    ``n_tokens``: f0n with ``--f0n-input d``, the static token count of d (frame_token:
+    a random non-decreasing map of the T frames onto them)."""
     import torch
 
     ln = torch.tensor([length], dtype=torch.int64)
@@ -451,6 +483,10 @@ def example_inputs(name, cfg, T, length, gen):
     if name == "duration":
         return (torch.randn(1, cfg["hidden_dim"], T, generator=gen),
                 torch.randn(1, cfg["style_dim"], generator=gen), ln, ~valid)
+    if name == "f0n" and n_tokens:
+        ft = torch.sort(torch.randint(0, n_tokens, (1, T), generator=gen)).values
+        return (torch.randn(1, n_tokens, cfg["hidden_dim"] + cfg["style_dim"], generator=gen),
+                ft, torch.randn(1, cfg["style_dim"], generator=gen), ln)
     if name == "f0n":
         return (torch.randn(1, cfg["hidden_dim"] + cfg["style_dim"], T, generator=gen),
                 torch.randn(1, cfg["style_dim"], generator=gen), ln)
@@ -467,6 +503,9 @@ def truncate_inputs(name, inputs, length):
     if name == "duration":
         d_en, style, ln, mask = inputs
         return (d_en[..., :length], style, ln, mask[:, :length])
+    if name == "f0n" and len(inputs) == 4:
+        d, ft, style, ln = inputs
+        return (d, ft[:, :length], style, ln)
     if name == "f0n":
         en, style, ln = inputs
         return (en[..., :length], style, ln)

@@ -20,6 +20,13 @@ functions and compiles the rest with :func:`kokoro_lstm.tvm.cpu_pipeline` (sched
 no tuning); ``tvm`` leaves everything to TVM's default (untuned) lowering. bert's static
 length is 512 (kokoro-tvm's) unless ``--bert-seq-len``.
 
+Algebra cuts (:mod:`kokoro_lstm.cli._cuts`): with the native LSTM method and packed
+semantics, ``duration``'s four style-reading LSTMs run with W_ih's style columns folded
+into a per-call gate bias, and f0n with ``--f0n-input d`` runs shared's input projection
+at token rate (both exact algebra); ``--no-algebra-cuts`` exports Kokoro's graph as it
+is. The report's ``algebra_cuts`` (and the table's ``cuts`` column) say which
+cuts were applied, and why the others were not.
+
 Exit status: 0 success, 1 validation above tolerance (or a failed step), 2 bad
 flags, paths or files (one line on stderr).
 """
@@ -63,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--component", required=True, choices=COMPONENTS + ("all",),
                    help="component to compile (all: bert, duration, f0n, text_encoder)")
     p.add_argument("--seq-len", type=int, default=512,
-                   help="static text length T (tokens) of duration and text_encoder")
+                   help="static text length T (tokens) of duration and text_encoder (and of "
+                        "f0n's d with --f0n-input d)")
     p.add_argument("--bert-seq-len", type=int, default=None, metavar="N",
                    help="static length of bert (default: 512, bert's max_position_embeddings, "
                         "whatever --seq-len says -- kokoro-tvm's behaviour, whose validation "
@@ -86,6 +94,17 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "--seq-len never changes the numbers; padded: pack/pad replaced by "
                         "identity (kokoro-tvm's old behaviour; wrong for the reverse direction "
                         "whenever length < T)")
+    p.add_argument("--f0n-input", default="en", choices=("en", "d"),
+                   help="f0n's inputs: en (default, kokoro-tvm's f0n_forward(en [1,640,F], "
+                        "style, frame_lengths)) or d (f0n_forward(d [1,T,640], frame_token "
+                        "int64 [1,F], style, frame_lengths): en = d^T @ alignment is built "
+                        "inside, so shared's input projection runs at token rate; T = "
+                        "--seq-len, F = --aligned-len)")
+    p.add_argument("--no-algebra-cuts", dest="algebra_cuts", action="store_false",
+                   help="export Kokoro's graph as it is (default: exact algebra cuts where "
+                        "they apply: duration's LSTMs fold the constant style into a gate "
+                        "bias; f0n with --f0n-input d projects shared's input at token rate; "
+                        "native LSTM method and packed semantics only)")
     p.add_argument("--validate", action="store_true",
                    help="run the compiled module against PyTorch eager on random inputs; "
                         "exit 1 above --tolerance")
@@ -382,11 +401,14 @@ class _Component:
         packed = opts["semantics"] == "packed"
         self._ctx = (contextlib.nullcontext if packed else C.padded_packing)
         with progress.step(name, "build model", self.times, "build_model_s"):
-            self.model = C.build_component(name, self.cfg, km, ckpt, seed=opts["seed"])
+            self.model = C.build_component(name, self.cfg, km, ckpt, seed=opts["seed"],
+                                           f0n_input=opts.get("f0n_input", "en"))
+        # f0n from d: d has --seq-len tokens
+        n_tok = opts["seq_len"] if name == "f0n" and opts.get("f0n_input") == "d" else None
         m = self.model
         gen = torch.Generator().manual_seed(opts["seed"] + 1)
         T = self.T
-        example = C.example_inputs(name, self.cfg, T, T, gen)
+        example = C.example_inputs(name, self.cfg, T, T, gen, n_tokens=n_tok)
         with progress.step(name, "export", self.times, "export_s"):
             ko.patch_lstm_modules(m)
             try:
@@ -395,10 +417,26 @@ class _Component:
             finally:
                 ko.unpatch_lstm_modules(m)
             self.lstm_ops = _lstm_op_counts(self.ep.run_decompositions())
+        # the same component with Kokoro's exact algebra cuts, exported for the native
+        # LSTM method (the only one that lowers kokoro::lstm_forward_gated)
+        self.ep_cut, self.cuts = None, {}
+        if opts.get("algebra_cuts", True):
+            from . import _cuts
+
+            cut, self.cuts = _cuts.apply_cuts(name, m, opts["semantics"])
+            if cut is not m:
+                with progress.step(name, "export (algebra cuts)", self.times, "export_cut_s"):
+                    ko.patch_lstm_modules(cut)
+                    try:
+                        self.ep_cut = torch.export.export(cut, example)
+                    finally:
+                        ko.unpatch_lstm_modules(cut)
+                    self.lstm_ops_cut = _lstm_op_counts(self.ep_cut.run_decompositions())
         # validation / timing inputs: full length, and a shorter random length
         short = int(torch.randint(max(1, T // 4), T, (1,), generator=gen)) if T > 1 else 1
         self.lengths = [T] + ([short] if short < T else [])
-        self.inputs = [C.example_inputs(name, self.cfg, T, L, gen) for L in self.lengths]
+        self.inputs = [C.example_inputs(name, self.cfg, T, L, gen, n_tokens=n_tok)
+                       for L in self.lengths]
         self.input_names = type(m).input_names
         self.output_names = type(m).output_names
         self.function = type(m).function
@@ -450,8 +488,20 @@ def _port_method(comp, method, out_dir, opts, progress):
     times = {}
     resolved = kt.select_method(target, method)
     dense = opts["dense_method"]
-    with progress.step(tag, f"lower ({resolved}, dense {dense})", times, "lower_s"):
-        mod = kt.from_exported_program(comp.ep, lstm_method=resolved, target=target,
+    ep, cuts, lstm_ops = comp.ep, dict(comp.cuts), comp.lstm_ops
+    if comp.ep_cut is not None:
+        if resolved == "native":
+            ep, lstm_ops = comp.ep_cut, comp.lstm_ops_cut
+        else:
+            cuts = {k: (f"not applied: lstm_method {resolved!r} (cuts need 'native')"
+                        if v.startswith("applied") else v) for k, v in cuts.items()}
+    if not opts.get("algebra_cuts", True):
+        cuts = {"all": "not applied: --no-algebra-cuts"}
+    applied = sorted(k for k, v in cuts.items() if v.startswith("applied"))
+    with progress.step(tag, f"lower ({resolved}, dense {dense}"
+                       + (f", cuts {'+'.join(applied)}" if applied else "") + ")",
+                       times, "lower_s"):
+        mod = kt.from_exported_program(ep, lstm_method=resolved, target=target,
                                        unwrap_unit_return_tuple=False)
         mod = _rename_main(mod, comp.function)
         if dense == "native":
@@ -493,6 +543,8 @@ def _port_method(comp, method, out_dir, opts, progress):
         "lstm_semantics": opts["semantics"],
         "dense_method": dense,
         "dense_calls": kt.count_dense_calls(script),
+        "algebra_cuts": {"applied": applied, "detail": cuts},
+        "f0n_input": opts.get("f0n_input", "en") if name == "f0n" else None,
         "runtime_needs": _runtime_needs(ex),
         "target": opts["target_arg"],
         "target_tvm": opts["target_json"],
@@ -501,7 +553,7 @@ def _port_method(comp, method, out_dir, opts, progress):
         "static_length": comp.T,
         "weights": opts["weights"],
         "modules": opts["modules"],
-        "lstm_ops_in_export": comp.lstm_ops,
+        "lstm_ops_in_export": lstm_ops,
         "ir_lines": ir["lines"], "ir_chars": ir["chars"],
         "compile_s": round(times["lower_s"] + times["build_s"], 3),
         "times_s": dict(comp.times, **times),
@@ -593,13 +645,15 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
          semantics="packed", validate=False, checkpoint=None, no_weights=False,
          config=None, output_dir="tvm_output", num_threads=None, tolerance=DEFAULT_TOL,
          seed=0, verbose=False, progress=None, method_subdirs=None, bert_seq_len=None,
-         dense_method="native"):
+         dense_method="native", algebra_cuts=True, f0n_input="en"):
     """Port ``components`` with each of ``methods``; returns the list of reports (one
     per component and method, in that order). Raises UsageError for bad inputs.
 
     With several methods (or ``method_subdirs=True``), each method writes into
     ``output_dir/<method>/``; otherwise into ``output_dir``. ``bert_seq_len`` None:
-    bert at its max_position_embeddings (512), as kokoro-tvm does.
+    bert at its max_position_embeddings (512), as kokoro-tvm does. ``algebra_cuts``
+    False: export Kokoro's graph as it is (``--no-algebra-cuts``); ``f0n_input``: "en"
+    or "d" (``--f0n-input``).
     """
     progress = progress or _Progress(verbose)
     _require_deps()
@@ -609,7 +663,8 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
                      checkpoint=checkpoint, no_weights=no_weights, config=config,
                      output_dir=output_dir, num_threads=num_threads, tolerance=tolerance,
                      seed=seed, progress=progress, method_subdirs=method_subdirs,
-                     bert_seq_len=bert_seq_len, dense_method=dense_method)
+                     bert_seq_len=bert_seq_len, dense_method=dense_method,
+                     algebra_cuts=algebra_cuts, f0n_input=f0n_input)
 
 
 # module -> (what to call it, the extra that installs it)
@@ -692,7 +747,8 @@ def resolve_bert_seq_len(cfg, bert_seq_len=None) -> int:
 
 def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
           checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
-          progress, method_subdirs, bert_seq_len=None, dense_method="native"):
+          progress, method_subdirs, bert_seq_len=None, dense_method="native",
+          algebra_cuts=True, f0n_input="en"):
     from . import _components as C
 
     target_arg = target
@@ -741,7 +797,10 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
             "target_arg": target_arg, "target_json": target_json,
             "semantics": semantics, "validate": validate, "tolerance": tolerance,
             "seed": seed, "weights": weights, "modules": modules,
-            "num_threads": num_threads, "multi": multi}
+            "num_threads": num_threads, "multi": multi, "algebra_cuts": bool(algebra_cuts),
+            "f0n_input": f0n_input}
+    if f0n_input not in ("en", "d"):
+        raise UsageError(f"unknown --f0n-input {f0n_input!r} (choose from en, d)")
     if semantics == "padded":
         progress.note("semantics", "padded: pack/pad replaced by identity -- LSTMs run over "
                                    "the padding (the reverse direction reads it first); "
@@ -768,17 +827,19 @@ def _fmt(v, spec):
 
 
 def format_table(reports) -> str:
-    """The closing summary: component, LSTM method, dense method, IR lines, compile s,
-    runtime ms, PyTorch eager ms, max err, padding err."""
-    head = ("component", "method", "dense", "IR lines", "compile s", "runtime ms", "torch ms",
-            "max err", "pad err")
+    """The closing summary: component, LSTM method, dense method, algebra cuts applied,
+    IR lines, compile s, runtime ms, PyTorch eager ms, max err, padding err."""
+    head = ("component", "method", "dense", "cuts", "IR lines", "compile s", "runtime ms",
+            "torch ms", "max err", "pad err")
     rows = []
     for r in reports:
         v = r.get("validation") or {}
         meth = r["lstm_method"]
         if r.get("lstm_method_requested") not in (None, meth):
             meth = f"{meth} ({r['lstm_method_requested']})"
-        rows.append((r["component"], meth, r.get("dense_method") or "-", str(r["ir_lines"]), _fmt(r["compile_s"], ".1f"),
+        cuts = ",".join((r.get("algebra_cuts") or {}).get("applied") or []) or "-"
+        rows.append((r["component"], meth, r.get("dense_method") or "-", cuts, str(r["ir_lines"]),
+                     _fmt(r["compile_s"], ".1f"),
                      _fmt(r["runtime_ms"], ".3f"), _fmt(r.get("torch_eager_ms"), ".3f"),
                      _fmt(v.get("max_err"), ".2e") + ("" if v.get("passed", True) else " FAIL"),
                      _fmt(v.get("padding_error"), ".2e")))
@@ -786,7 +847,7 @@ def format_table(reports) -> str:
               for i, h in enumerate(head)]
 
     def line(cells):
-        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+        return "  ".join(c.ljust(w) if i < 4 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])]
@@ -806,7 +867,8 @@ def run(args) -> int:
                        config=args.config, output_dir=args.output_dir,
                        num_threads=args.num_threads, tolerance=args.tolerance,
                        seed=args.seed, verbose=args.verbose,
-                       bert_seq_len=args.bert_seq_len, dense_method=args.dense_method)
+                       bert_seq_len=args.bert_seq_len, dense_method=args.dense_method,
+                       algebra_cuts=args.algebra_cuts, f0n_input=args.f0n_input)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return 2

@@ -140,8 +140,10 @@ def convert_map(method: str = "auto", target="llvm", *, _bound_names=None) -> di
     """``custom_convert_map`` for ``tvm.relax.frontend.torch.from_exported_program``.
 
     Keys: ``lstm_forward.default``, ``lstm_forward_bidirectional.default``,
-    ``lstm_forward_packed.default``, ``lstm_forward_packed_bidirectional.default``
-    (the ``kokoro::`` ops of :mod:`kokoro_lstm.torch_ops`) and ``lstm.input`` (aten;
+    ``lstm_forward_packed.default``, ``lstm_forward_packed_bidirectional.default``,
+    ``lstm_forward_gated.default`` (native only; layer 0's gate input given or augmented
+    by the caller) (the ``kokoro::`` ops of :mod:`kokoro_lstm.torch_ops`) and
+    ``lstm.input`` (aten;
     present only when the program was not decomposed: pass
     ``run_ep_decomposition=False`` or decompose with :func:`decomposition_table`).
     Each converter ``fn(node, importer)`` returns the Relax tuple

@@ -25,6 +25,9 @@ KOKORO_OPS = {
     "lstm_forward_packed": (False, True),
     "lstm_forward_packed_bidirectional": (True, True),
 }
+#: kokoro_lstm's own op with layer 0's gate input given or augmented by the caller
+#: (kokoro_lstm.torch_ops.lstm_forward_gated); lowered by the native method only.
+GATED_OP = "lstm_forward_gated"
 
 
 @dataclass
@@ -47,6 +50,8 @@ class LSTMCall:
     # weights[layer][direction] = {"w_ih", "w_hh", "b_ih", "b_hh", "w_hr"} (None if absent)
     weights: list = field(default_factory=list)
     constant_weights: bool = False  # every weight is a compile-time constant
+    gate_bias: Any = None      # [D, B, 4H] added to layer 0's input gates, or None
+    x_gates: bool = False      # x is layer 0's input projection W_ih x_t, [.., D*4H]
 
     @property
     def D(self):
@@ -115,6 +120,8 @@ def _finish(call: LSTMCall, fx_weights, importer, bound_names) -> LSTMCall:
     if not isinstance(four_h, int) or four_h % 4:
         raise ValueError(f"kokoro_lstm.tvm: weight_ih has {four_h} rows, not 4*H")
     call.hidden_size = four_h // 4
+    if call.x_gates:  # x holds the gates; input_size is W_ih's
+        call.input_size = _shape(w0["w_ih"])[1]
     call.proj_size = _shape(w0["w_hr"])[0] if w0.get("w_hr") is not None else 0
     call.dtype = call.x.ty.dtype
     if call.dtype not in ("float32", "float64"):
@@ -188,6 +195,35 @@ def parse_kokoro_op(node, importer, bound_names=None) -> LSTMCall:
                     lengths=get(a["lengths"]) if packed and a.get("lengths") is not None else None,
                     h0=get(a["h0"]) if a.get("h0") is not None else None,
                     c0=get(a["c0"]) if a.get("c0") is not None else None, weights=weights)
+    call = _finish(call, fx_weights, importer, bound_names)
+    if call.lengths is not None and call.lengths.ty.dtype != "int64":
+        call.lengths = importer.block_builder.emit(relax.op.astype(call.lengths, "int64"))
+    return call
+
+
+def parse_gated_op(node, importer, bound_names=None) -> LSTMCall:
+    """kokoro::lstm_forward_gated (one layer, seq-first, zero initial states): layer 0's
+    gates are W_ih x_t + gate_bias (or x + gate_bias with x_gates)."""
+    a = _named_args(node)
+    get = importer._retrieve_args
+    bidirectional = a.get("weight_ih_l0_reverse") is not None
+    weights, fx_weights, layer = [], [], []
+    for sfx in ([""] + (["_reverse"] if bidirectional else [])):
+        w = {"w_hr": None}
+        for key, arg in (("w_ih", "weight_ih_l0"), ("w_hh", "weight_hh_l0"),
+                         ("b_ih", "bias_ih_l0"), ("b_hh", "bias_hh_l0")):
+            fv = a.get(arg + sfx)
+            w[key] = get(fv) if fv is not None else None
+            fx_weights.append((fv, w[key]))
+        layer.append(w)
+    weights.append(layer)
+    call = LSTMCall(x=get(a["input"]), batch_first=False, num_layers=1,
+                    bidirectional=bidirectional, hidden_size=0, proj_size=0, input_size=0,
+                    seq_len=0, batch=0, dtype="",
+                    lengths=get(a["lengths"]) if a.get("lengths") is not None else None,
+                    weights=weights,
+                    gate_bias=get(a["gate_bias"]) if a.get("gate_bias") is not None else None,
+                    x_gates=bool(a.get("x_gates")))
     call = _finish(call, fx_weights, importer, bound_names)
     if call.lengths is not None and call.lengths.ty.dtype != "int64":
         call.lengths = importer.block_builder.emit(relax.op.astype(call.lengths, "int64"))
@@ -408,6 +444,8 @@ def _lower_native(bb, call):
     if has_hx:
         args.append(call.h0 if call.h0 is not None else _zeros(bb, (L * D, B, R), dt))
         args.append(call.c0 if call.c0 is not None else _zeros(bb, (L * D, B, H), dt))
+    if call.gate_bias is not None:
+        args.append(call.gate_bias)
     for layer in call.weights:
         for w in layer:
             args += [w["w_ih"], w["w_hh"]]
@@ -420,7 +458,9 @@ def _lower_native(bb, call):
                          has_lengths=int(call.lengths is not None), has_hx=int(has_hx),
                          batch_first=int(call.batch_first), proj_size=call.proj_size,
                          has_bias=int(has_bias), constant_weights=int(call.constant_weights),
-                         dtype=_native.DTYPE_CODES[str(dt)], num_threads=0, reverse=0)
+                         dtype=_native.DTYPE_CODES[str(dt)], num_threads=0, reverse=0,
+                         has_gate_bias=int(call.gate_bias is not None),
+                         x_gates=int(call.x_gates))
     y_shape = (B, S, D * R) if call.batch_first else (S, B, D * R)
     out_ty = [relax.TensorType(y_shape, dt), relax.TensorType((L * D, B, R), dt),
               relax.TensorType((L * D, B, H), dt)]
@@ -433,6 +473,10 @@ def _lower_native(bb, call):
 # Converter factory
 # ----------------------------------------------------------------------------------
 def lower(bb, call: LSTMCall, method: str):
+    if (call.gate_bias is not None or call.x_gates) and method != "native":
+        raise NotImplementedError(
+            "kokoro_lstm.tvm: kokoro::lstm_forward_gated (layer 0's gate input given or "
+            f"augmented by the caller) is lowered by lstm_method='native' only, not {method!r}")
     if method == "relax":
         return _lower_unrolled(bb, call, _RelaxStep, method)
     if method == "topi":
@@ -459,4 +503,5 @@ def build_convert_map(method: str, bound_names=None) -> dict:
     m = {"lstm.input": make_converter(parse_aten_lstm, method, bound_names)}
     for name in KOKORO_OPS:
         m[f"{name}.default"] = make_converter(parse_kokoro_op, method, bound_names)
+    m[f"{GATED_OP}.default"] = make_converter(parse_gated_op, method, bound_names)
     return m

@@ -22,10 +22,13 @@ Whichever comes first registers; the other finds the name taken and leaves it.
 Calling convention (v2; CPU tensors, any strides the engine reads in place)::
 
     kokoro_lstm.lstm_forward_v2(cfg: Shape, x, [lengths int64 [B]], [h0, c0],
-                                *weights, y, h_n, c_n)
+                                [gate_bias [D, B, 4H]], *weights, y, h_n, c_n)
 
 ``cfg`` = :class:`Config`; weights per (layer, direction), layer-major: w_ih, w_hh,
-[b_ih, b_hh], [w_hr]. Weights the converter proved to be compile-time constants
+[b_ih, b_hh], [w_hr]. ``has_gate_bias`` / ``x_gates``: layer 0's gate input augmented
+(a per-call bias added to W_ih x_t) or given (x is W_ih x_t, [T, B, D*4H]) by the
+caller, see ``kl_forward_args``; a cfg without these two trailing values (modules
+compiled before them) means 0, 0. Weights the converter proved to be compile-time constants
 (``constant_weights``) are trusted on a cache hit and kept alive by the cache while
 cached; any others (``keep_params_as_input=True`` parameters, user inputs) are
 fingerprinted on every call, so an in-place update is never served stale.
@@ -41,7 +44,8 @@ ABI_VERSION = 2
 
 Config = namedtuple("Config", ["abi", "num_layers", "num_directions", "has_lengths", "has_hx",
                                "batch_first", "proj_size", "has_bias", "constant_weights",
-                               "dtype", "num_threads", "reverse"])
+                               "dtype", "num_threads", "reverse", "has_gate_bias", "x_gates"],
+                    defaults=(0, 0))
 #: Config.dtype codes
 DTYPE_CODES = {"float32": 0, "float64": 1, "bfloat16": 2, "float16": 3}
 

@@ -120,6 +120,7 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
   if (a->dtype < KL_F32 || a->dtype > KL_F16) return fail("unknown dtype %d", (int)a->dtype);
   if (a->num_threads < 0) return fail("num_threads must be >= 1 (or 0 for the default), got %d", a->num_threads);
   if (a->proj_size < 0) return fail("proj_size must be >= 0, got %d", a->proj_size);
+  if (a->x_gates != 0 && a->x_gates != 1) return fail("x_gates must be 0 or 1, got %d", a->x_gates);
   if (a->num_layers > 65536) return fail("num_layers must be at most 65536, got %d", a->num_layers);
   const int L = a->num_layers, D = a->bidirectional ? 2 : 1, P = a->proj_size;
   const int per = 2 + 2 * a->has_bias + (P > 0);
@@ -130,24 +131,32 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
   const int64_t esz = a->dtype == KL_F64 ? 8 : 4;
   kl_status s;
 
-  /* x: [T, B, I] or [B, T, I] */
+  /* x: [T, B, I] or [B, T, I]; with x_gates, [T, B, D*4H] or [B, T, D*4H] */
   const int64_t any3[3] = {-1, -1, -1};
-  if ((s = check_tensor(a->x, "x", io, 3, any3))) return s;
+  const char* xname = a->x_gates ? "x (layer 0's gates, x_gates)" : "x";
+  if ((s = check_tensor(a->x, xname, io, 3, any3))) return s;
   const int bf = a->batch_first != 0;
-  const int64_t T = a->x->shape[bf ? 1 : 0], B = a->x->shape[bf ? 0 : 1], I = a->x->shape[2];
-  if (T < 1) return fail("x: the sequence length must be >= 1, got %lld", (long long)T);
-  if (I < 1 || I > INT32_MAX) return fail("x: input_size must be in 1..2^31-1, got %lld", (long long)I);
+  const int64_t T = a->x->shape[bf ? 1 : 0], B = a->x->shape[bf ? 0 : 1], IX = a->x->shape[2];
+  if (T < 1) return fail("%s: the sequence length must be >= 1, got %lld", xname, (long long)T);
+  if (IX < 1 || IX > INT32_MAX)
+    return fail("%s: the feature size must be in 1..2^31-1, got %lld", xname, (long long)IX);
   const int64_t x_st = stride_of(a->x, bf ? 1 : 0), x_sb = stride_of(a->x, bf ? 0 : 1);
-  if (B > 0 && ((I > 1 && stride_of(a->x, 2) != 1) || !kl_input_layout_ok(T, B, x_st, x_sb, I)))
-    return fail("x: this layout cannot be read in place (the feature axis must have stride 1 and "
-                "the (time, batch) rows one common stride); pass a contiguous tensor");
+  if (B > 0 && ((IX > 1 && stride_of(a->x, 2) != 1) || !kl_input_layout_ok(T, B, x_st, x_sb, IX)))
+    return fail("%s: this layout cannot be read in place (the feature axis must have stride 1 and "
+                "the (time, batch) rows one common stride); pass a contiguous tensor", xname);
 
-  /* weights */
+  /* weights (with x_gates, layer 0's w_ih gives input_size; x's features are checked below) */
   const DLTensor* w_ih0 = a->weights[0];
-  if ((s = check_tensor(w_ih0, "weights[0] (w_ih of layer 0)", io, 2, (const int64_t[]){-1, I}))) return s;
+  if ((s = check_tensor(w_ih0, "weights[0] (w_ih of layer 0)", io, 2,
+                        (const int64_t[]){-1, a->x_gates ? -1 : IX})))
+    return s;
   if (w_ih0->shape[0] < 4 || w_ih0->shape[0] % 4 || w_ih0->shape[0] / 4 > INT32_MAX)
     return fail("w_ih of layer 0 must have 4*hidden_size rows, got %lld", (long long)w_ih0->shape[0]);
-  const int64_t H = w_ih0->shape[0] / 4;
+  const int64_t H = w_ih0->shape[0] / 4, I = w_ih0->shape[1];
+  if (I < 1 || I > INT32_MAX) return fail("w_ih of layer 0: input_size must be in 1..2^31-1, got %lld", (long long)I);
+  if (a->x_gates && IX != D * 4 * H)
+    return fail("%s must have %lld features (num_directions %d x 4 x hidden_size %lld), got %lld",
+                xname, (long long)(D * 4 * H), D, (long long)H, (long long)IX);
   if (P >= H) return fail("proj_size (%d) must be smaller than hidden_size (%lld)", P, (long long)H);
   const int64_t R = P ? P : H;
   kl_lstm_desc desc = {(int)I, (int)H, L, D == 2, P, a->reverse != 0, a->dtype};
@@ -224,6 +233,9 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
   }
   if (a->h_n && ((s = check_tensor(a->h_n, "h_n", io, 3, s_h)) || (s = check_compact(a->h_n, "h_n")))) goto done;
   if (a->c_n && ((s = check_tensor(a->c_n, "c_n", io, 3, s_c)) || (s = check_compact(a->c_n, "c_n")))) goto done;
+  if (a->gate_bias && ((s = check_tensor(a->gate_bias, "gate_bias", io, 3, (const int64_t[]){D, B, 4 * H})) ||
+                       (s = check_compact(a->gate_bias, "gate_bias"))))
+    goto done;
   if (a->lengths) {
     if ((s = check_tensor(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B})))
       goto done;
@@ -250,7 +262,8 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                           stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1),
                           a->h0 ? data_of(a->h0) : NULL, a->c0 ? data_of(a->c0) : NULL,
                           a->h_n ? (char*)a->h_n->data + a->h_n->byte_offset : NULL,
-                          a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth};
+                          a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth,
+                          a->x_gates, a->gate_bias ? data_of(a->gate_bias) : NULL};
   /* a cached entry: run, then confirm its weights did not change (else repack, rerun) */
   entry = kl_cache_find(key, key_len);
   if (entry) {

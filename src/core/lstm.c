@@ -294,9 +294,14 @@ typedef struct run_ctx {
   const char* in;
   int64_t lda;
   uint32_t* xb; /* the input rows in bfloat16 pairs [T*B][Kp], bf16 GEMM only */
-  /* input gates */
-  char* G;
+  /* input gates: read at G (row stride ldg); computed into Gw by input_gates,
+   * or, for a layer 0 whose gates the caller gave as they are, read from x
+   * itself (Gw NULL) */
+  const char* G;
+  char* Gw;
   size_t ldg;
+  int in_gates;          /* this layer's input rows are its gates (x_gates, layer 0) */
+  const char* gate_bias; /* [D][B][4H] added to this layer's gates, or NULL */
   int64_t gt, gb; /* row of (t, b) = t*gt + b*gb */
   /* layer output */
   char* out;
@@ -464,7 +469,7 @@ static int threads_per_direction(int nth, int D) { return nth >= D ? nth / D : 1
 static void layer_task(void* ctx, int ith, int nth) {
   const run_ctx* x = ctx;
   const int D = x->m->D;
-  if (x->m->k.gemm) { /* bfloat16 input projection: round this thread's rows first */
+  if (x->m->k.gemm && !x->in_gates) { /* bfloat16 input projection: round this thread's rows first */
     const size_t M = (size_t)(x->T * x->B), K = x->L->in_size, Kp = (K + 1) / 2;
     size_t r0, r1;
     split(M, ith, nth, &r0, &r1);
@@ -473,7 +478,7 @@ static void layer_task(void* ctx, int ith, int nth) {
                       x->xb + r0 * Kp);
     if (nth > 1) kl_barrier_wait(x->gbar);
   }
-  input_gates(x, ith, nth);
+  if (x->Gw) input_gates(x, ith, nth);
   if (nth < D) { /* one thread: directions one after the other */
     for (int d = 0; d < D; d++) run_direction(x, d, 0, (split_plan){1, 1}, ith);
     return;
@@ -513,12 +518,70 @@ int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t
 #define GEMM_MC 512       /* rows per tile when M >= GEMM_SPLIT_M */
 #define GEMM_NC_SMALL 128 /* columns per tile when M < GEMM_SPLIT_M */
 #define GEMM_NC_LARGE 512 /* columns per tile when M >= GEMM_SPLIT_M */
+/* The batch element of gate row r (row (t, b) = t*gt + b*gb). */
+static int64_t row_batch(const run_ctx* x, int64_t r) {
+  return x->gb == 0 ? 0 : x->gb == 1 ? r % x->B : r / x->gb;
+}
+
+/* Gw[r, n] += gate_bias[d, b(r), g*H + u] for rows [r0, r0+mr) and the columns
+ * [n0, n0+nc) of D*4*Hp (n = d*4*Hp + g*Hp + u; padding columns u >= H stay 0). */
+static void add_gate_bias(const run_ctx* x, int64_t r0, int64_t mr, size_t n0, size_t nc) {
+  const kl_lstm* m = x->m;
+  const size_t esz = m->esz, Hp = m->Hp, H = m->H;
+  for (int64_t r = r0; r < r0 + mr; r++) {
+    const size_t b = (size_t)row_batch(x, r);
+    char* row = x->Gw + (size_t)r * x->ldg * esz;
+    for (size_t n = n0; n < n0 + nc;) {
+      const size_t blk = n / Hp, u = n % Hp;
+      if (u >= H) {
+        n = (blk + 1) * Hp;
+        continue;
+      }
+      const size_t cnt = H - u < n0 + nc - n ? H - u : n0 + nc - n;
+      const size_t d = blk / 4, g = blk % 4;
+      const size_t si = ((d * (size_t)x->B + b) * 4 + g) * H + u;
+      if (esz == sizeof(double)) {
+        double* dst = (double*)row + n;
+        const double* src = (const double*)x->gate_bias + si;
+        for (size_t j = 0; j < cnt; j++) dst[j] += src[j];
+      } else {
+        float* dst = (float*)row + n;
+        const float* src = (const float*)x->gate_bias + si;
+        for (size_t j = 0; j < cnt; j++) dst[j] += src[j];
+      }
+      n += cnt;
+    }
+  }
+}
+
+/* x_gates: layer 0's gates come as rows of D*4*H; spread them to the padded
+ * D*4*Hp rows (padding columns zeroed), adding gate_bias, rows dealt to threads. */
+static void copy_gates(const run_ctx* x, int ith, int nth) {
+  const kl_lstm* m = x->m;
+  const size_t esz = m->esz, Hp = m->Hp, H = m->H, nblk = (size_t)m->D * 4;
+  size_t r0, r1;
+  split((size_t)(x->T * x->B), ith, nth, &r0, &r1);
+  for (size_t r = r0; r < r1; r++) {
+    const char* src = x->in + r * (size_t)x->lda * esz;
+    char* dst = x->Gw + r * x->ldg * esz;
+    for (size_t blk = 0; blk < nblk; blk++) {
+      memcpy(dst + blk * Hp * esz, src + blk * H * esz, H * esz);
+      if (Hp > H) memset(dst + (blk * Hp + H) * esz, 0, (Hp - H) * esz);
+    }
+  }
+  if (x->gate_bias && r1 > r0) add_gate_bias(x, (int64_t)r0, (int64_t)(r1 - r0), 0, nblk * Hp);
+}
+
 static void input_gates(const run_ctx* x, int ith, int nth) {
   const kl_lstm* m = x->m;
   const size_t esz = m->esz, K = x->L->in_size, Hp = m->Hp, H = m->H;
   const int64_t M = x->T * x->B;
   const int64_t mc = M < GEMM_SPLIT_M ? M : GEMM_MC;
   const int64_t nm = (M + mc - 1) / mc;
+  if (x->in_gates) {
+    copy_gates(x, ith, nth);
+    return;
+  }
   if (m->k.gemm) { /* bfloat16 panels over all D*4*Hp columns (padding rows are zero) */
     const size_t N = (size_t)m->D * 4 * Hp, Kp = (K + 1) / 2;
     const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
@@ -529,7 +592,8 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
       const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
       m->k.gemm((size_t)mr, (size_t)nc, Kp, x->xb + (size_t)r0 * Kp,
                 x->L->w_ih_bf16 + ((size_t)c0 / 64) * Kp * 128,
-                (float*)x->G + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
+                (float*)x->Gw + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
+      if (x->gate_bias) add_gate_bias(x, r0, mr, (size_t)c0, (size_t)nc);
     }
     return;
   }
@@ -542,7 +606,7 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     const int64_t mr = M - r0 < mc ? M - r0 : mc;
     const int64_t nc = (int64_t)H - c0 < ncol ? (int64_t)H - c0 : ncol;
     const kl_wih_view* v = &x->wv[d];
-    char* C = x->G + ((size_t)r0 * x->ldg + (size_t)blk * Hp + (size_t)c0) * esz;
+    char* C = x->Gw + ((size_t)r0 * x->ldg + (size_t)blk * Hp + (size_t)c0) * esz;
     const char* A = x->in + (size_t)(r0 * x->lda) * esz;
     const char* W = (const char*)v->w + (size_t)((g * v->gstride + c0) * v->ld) * esz;
     if (m->k.gemm_f32 && M < KL_F32_GEMM_MAX_M) /* by the shape only, never the thread count */
@@ -552,6 +616,7 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
       gemm(m, mr, nc, (int64_t)K, A, x->lda, W, v->ld, C, (int64_t)x->ldg);
     if (c0 + nc == (int64_t)H && Hp > H)
       for (int64_t r = 0; r < mr; r++) memset(C + ((size_t)r * x->ldg + (size_t)nc) * esz, 0, (Hp - H) * esz);
+    if (x->gate_bias) add_gate_bias(x, r0, mr, (size_t)(blk * (int64_t)Hp + c0), (size_t)nc);
   }
 }
 
@@ -572,15 +637,20 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   if (a->lengths)
     for (int64_t b = 0; b < B; b++)
       if (a->lengths[b] < 1 || a->lengths[b] > T) return KL_ERR_ARG;
+  /* layer 0 reads x as its input rows, or (x_gates) as its gates: read in place
+   * when they already have the padded layout and nothing is added */
+  const int64_t K0 = a->x_gates ? (int64_t)D * 4 * (int64_t)H : (int64_t)m->layers[0].in_size;
   int64_t ld0, gt, gb;
-  if (!row_layout(T, B, a->x_st, a->x_sb, (int64_t)m->layers[0].in_size, &ld0, &gt, &gb))
-    return KL_ERR_ARG;
+  if (!row_layout(T, B, a->x_st, a->x_sb, K0, &ld0, &gt, &gb)) return KL_ERR_ARG;
+  const int gates_in_place = a->x_gates && !a->gate_bias && Hp == H;
   if ((double)T * (double)B > (double)INT_MAX || (double)ldg * (double)T * (double)B > 1e15)
     return KL_ERR_ARG;
 
   kl_status status = KL_ERR_NOMEM;
   const size_t TB = (size_t)T * (size_t)B;
-  char* G = aligned_alloc(64, kl_round_up(TB * ldg * esz, 64)); /* fully written by the GEMM */
+  /* fully written by the GEMM (or copy_gates); not needed when layer 0 reads
+   * its gates in place and is the only layer */
+  char* G = gates_in_place && nl == 1 ? NULL : aligned_alloc(64, kl_round_up(TB * ldg * esz, 64));
   char* inter[2] = {NULL, NULL};
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
@@ -600,7 +670,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     xb = malloc(TB * ((kmax + 1) / 2) * sizeof(uint32_t));
     if (!xb) goto done;
   }
-  if (!G || !state || !len || !ord || !bar || !rows || !ptrs || !mine) goto done;
+  if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !rows || !ptrs || !mine) goto done;
   for (int i = 0; i < (nl > 2 ? 2 : nl - 1); i++)
     if (!(inter[i] = xalloc(TB * DR * esz))) goto done;
 
@@ -612,7 +682,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     ord[j] = (int32_t)b;
   }
 
-  run_ctx x = {.m = m, .T = T, .B = B, .len = len, .ord = ord, .xb = xb, .G = G, .ldg = ldg,
+  run_ctx x = {.m = m, .T = T, .B = B, .len = len, .ord = ord, .xb = xb,
                .bar = bar, .gbar = bar + nbar - 1, .rows = rows, .ptrs = ptrs, .mine = mine};
   for (int d = 0; d < D; d++) {
     char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
@@ -653,6 +723,16 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     x.L = L;
     x.gt = gt;
     x.gb = gb;
+    x.in_gates = l == 0 && a->x_gates;
+    x.gate_bias = l == 0 ? (const char*)a->gate_bias : NULL;
+    if (l == 0 && gates_in_place) { /* the caller's gates are read where they lie */
+      x.G = (const char*)a->x;
+      x.Gw = NULL;
+      x.ldg = (size_t)ld0;
+    } else {
+      x.G = x.Gw = G;
+      x.ldg = ldg;
+    }
 
     /* initial states; padded lanes stay zero */
     memset(state, 0, (size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);

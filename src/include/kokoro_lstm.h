@@ -89,6 +89,16 @@ typedef struct kl_run_args {
   void* c_n;              /* [L*D, B, H] contiguous, or NULL */
   const int64_t* lengths; /* [B], each in 1..T, or NULL for all T */
   int num_threads;        /* >= 1: every thread used, BLAS included */
+  /* Layer 0's gate input, provided or augmented by the caller (exact algebra:
+   * gates_t = W_ih x_t + gate_bias + b_ih + b_hh, whatever W_ih x_t is):
+   * x_gates = 1: x already holds layer 0's input projection W_ih x_t, rows of
+   *   D*4H features (direction-major, gates i, f, g, o of H units each); layer
+   *   0's W_ih is not read (its shape still sets input_size).
+   * gate_bias: [D, B, 4H] contiguous, or NULL: added to layer 0's input gates
+   *   of every step of batch element b (e.g. W_ih's columns of an input part
+   *   that is constant over time, folded once per call). */
+  int x_gates;
+  const void* gate_bias;
 } kl_run_args;
 
 kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
@@ -109,6 +119,13 @@ kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
  *            w_hh [4H, R], then b_ih [4H], b_hh [4H] if has_bias, then
  *            w_hr [P, H] if proj_size > 0. Rows may have any stride (feature
  *            stride 1); any other layout is rejected.
+ *   gate_bias [D, B, 4H] contiguous, or NULL: added to layer 0's input gates
+ *            of every step (gates = W_ih x_t + gate_bias[d, b] + b_ih + b_hh)
+ *   x_gates  1: x is layer 0's input projection W_ih x_t, [T, B, D*4H] ([B, T,
+ *            D*4H] if batch_first; per direction the gates i, f, g, o of H
+ *            units), computed by the caller; layer 0's w_ih is validated (its
+ *            columns are input_size) but not read. Both options together give
+ *            gates = x + gate_bias + b_ih + b_hh.
  *   y        [T, B, D*R] ([B, T, D*R] if batch_first), written
  *   h_n, c_n [L*D, B, R] / [L*D, B, H], written, or NULL
  *
@@ -153,6 +170,8 @@ typedef struct kl_forward_args {
   DLTensor* c_n;
   const kl_keepalive* keepalive; /* constant_weights only; may be NULL */
   uint64_t owner;                /* 0, or a token unique to the weights' owner */
+  const DLTensor* gate_bias;     /* [D, B, 4H] or NULL (see above) */
+  int x_gates;                   /* 0 or 1 (see above) */
 } kl_forward_args;
 
 kl_status kl_lstm_forward(const kl_forward_args* args);

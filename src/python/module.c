@@ -111,8 +111,12 @@ static int parse_dtype(const char* name, kl_dtype* dt) {
 
 /* forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional,
  *         has_bias, proj_size=0, batch_first=False, reverse=False,
- *         dtype="float32", num_threads=0, constant_weights=False, owner=0) -> None
+ *         dtype="float32", num_threads=0, constant_weights=False, owner=0,
+ *         gate_bias=None, x_gates=False) -> None
  * weights: a sequence of tensors (see kokoro_lstm.h). Writes y, h_n, c_n.
+ * gate_bias ([D, B, 4H], added to layer 0's input gates) and x_gates (x is layer
+ * 0's input projection, [T, B, D*4H]): layer 0's gate input given or augmented
+ * by the caller (see kl_forward_args).
  * constant_weights: the caller's promise that the weights never change while
  * their memory lives (skips the staleness check); owner: a token unique to the
  * weights' owner, part of the cache key (see kl_forward_args). */
@@ -121,35 +125,37 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   static char* kwlist[] = {"x", "lengths", "h0", "c0", "weights", "y", "h_n", "c_n",
                            "num_layers", "bidirectional", "has_bias", "proj_size",
                            "batch_first", "reverse", "dtype", "num_threads",
-                           "constant_weights", "owner", NULL};
-  PyObject *xo, *leno, *h0o, *c0o, *wo, *yo, *hno, *cno;
+                           "constant_weights", "owner", "gate_bias", "x_gates", NULL};
+  PyObject *xo, *leno, *h0o, *c0o, *wo, *yo, *hno, *cno, *gbo = Py_None;
   kl_forward_args fa;
   memset(&fa, 0, sizeof(fa));
   const char* dtname = "float32";
   unsigned long long owner = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsipK", kwlist, &xo, &leno, &h0o,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsipKOp", kwlist, &xo, &leno, &h0o,
                                    &c0o, &wo, &yo, &hno, &cno, &fa.num_layers, &fa.bidirectional,
                                    &fa.has_bias, &fa.proj_size, &fa.batch_first, &fa.reverse,
-                                   &dtname, &fa.num_threads, &fa.constant_weights, &owner))
+                                   &dtname, &fa.num_threads, &fa.constant_weights, &owner, &gbo,
+                                   &fa.x_gates))
     return NULL;
   if (!parse_dtype(dtname, &fa.dtype)) return NULL;
   fa.owner = owner;
   PyObject* seq = PySequence_Fast(wo, "weights must be a sequence of tensors");
   if (!seq) return NULL;
   const Py_ssize_t nw = PySequence_Fast_GET_SIZE(seq);
-  PyObject* const in[7] = {xo, leno, h0o, c0o, yo, hno, cno};
-  const char* names[7] = {"x", "lengths", "h0", "c0", "y", "h_n", "c_n"};
-  tensor_arg* ta = calloc((size_t)(7 + nw), sizeof(tensor_arg));
+  enum { NT = 8 }; /* the tensors other than the weights */
+  PyObject* const in[NT] = {xo, leno, h0o, c0o, yo, hno, cno, gbo};
+  const char* names[NT] = {"x", "lengths", "h0", "c0", "y", "h_n", "c_n", "gate_bias"};
+  tensor_arg* ta = calloc((size_t)(NT + nw), sizeof(tensor_arg));
   const DLTensor** wp = calloc((size_t)(nw ? nw : 1), sizeof(DLTensor*));
   PyObject* result = NULL;
   if (!ta || !wp) {
     PyErr_NoMemory();
     goto done;
   }
-  const DLTensor* ptr[7] = {NULL};
-  for (int i = 0; i < 7; i++) {
+  const DLTensor* ptr[NT] = {NULL};
+  for (int i = 0; i < NT; i++) {
     if (in[i] == Py_None) continue;
-    if (!to_dltensor(in[i], names[i], i >= 4, &ta[i])) goto done;
+    if (!to_dltensor(in[i], names[i], i >= 4 && i < 7, &ta[i])) goto done;
     ptr[i] = &ta[i].t;
   }
   for (Py_ssize_t i = 0; i < nw; i++) {
@@ -160,8 +166,8 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
       PyErr_Format(PyExc_TypeError, "%s is None (omit absent biases with has_bias=False)", name);
       goto done;
     }
-    if (!to_dltensor(o, name, 0, &ta[7 + i])) goto done;
-    wp[i] = &ta[7 + i].t;
+    if (!to_dltensor(o, name, 0, &ta[NT + i])) goto done;
+    wp[i] = &ta[NT + i].t;
   }
   fa.x = ptr[0];
   fa.lengths = ptr[1];
@@ -170,6 +176,7 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   fa.y = (DLTensor*)ptr[4];
   fa.h_n = (DLTensor*)ptr[5];
   fa.c_n = (DLTensor*)ptr[6];
+  fa.gate_bias = ptr[7];
   fa.weights = wp;
   fa.num_weights = (int)nw;
   kl_status s;
@@ -186,7 +193,7 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   result = Py_None;
 done:
   if (ta)
-    for (Py_ssize_t i = 0; i < 7 + nw; i++) tensor_arg_clear(&ta[i]);
+    for (Py_ssize_t i = 0; i < NT + nw; i++) tensor_arg_clear(&ta[i]);
   free(ta);
   free(wp);
   Py_DECREF(seq);
@@ -429,7 +436,8 @@ static PyMethodDef module_methods[] = {
     {"activation", mod_activation, METH_VARARGS, "activation(kind, x): vectorized float32 sigmoid/tanh (tests)."},
     {"forward", (PyCFunction)(void (*)(void))mod_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional, has_bias, "
-     "proj_size=0, batch_first=False, reverse=False, dtype='float32', num_threads=0): "
+     "proj_size=0, batch_first=False, reverse=False, dtype='float32', num_threads=0, "
+     "constant_weights=False, owner=0, gate_bias=None, x_gates=False): "
      "the C entry kl_lstm_forward (GIL released)."},
     {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM."},
     {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters."},

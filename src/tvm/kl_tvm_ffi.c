@@ -2,9 +2,14 @@
  * (tvm.contrib.cblas.matmul): each reads its DLTensor arguments and writes its
  * outputs in place; all validation happens in the engine's C entry.
  *
- * kokoro_lstm.lstm_forward_v2(cfg: Shape, x, [lengths], [h0, c0], *weights, y, h_n, c_n)
+ * kokoro_lstm.lstm_forward_v2(cfg: Shape, x, [lengths], [h0, c0], [gate_bias], *weights,
+ *                             y, h_n, c_n)
  *   cfg = (abi, num_layers, num_directions, has_lengths, has_hx, batch_first,
- *          proj_size, has_bias, constant_weights, dtype, num_threads, reverse)
+ *          proj_size, has_bias, constant_weights, dtype, num_threads, reverse
+ *          [, has_gate_bias, x_gates])
+ *   The two trailing values (layer 0's gate input given or augmented by the
+ *   caller, see kl_forward_args) are optional: a 12-value cfg (modules compiled
+ *   before they existed) means 0, 0.
  *   dtype: 0 float32, 1 float64, 2 bfloat16, 3 float16 weights; num_threads 0: the
  *   process default (kl_get_num_threads). Weights per (layer, direction),
  *   layer-major: w_ih, w_hh, [b_ih, b_hh], [w_hr]. Constant weights passed as
@@ -57,7 +62,7 @@ static void set_release(void* h) {
 }
 
 enum { CFG_ABI, CFG_L, CFG_D, CFG_LEN, CFG_HX, CFG_BF, CFG_P, CFG_BIAS, CFG_CONST, CFG_DTYPE,
-       CFG_NTH, CFG_REV, CFG_N };
+       CFG_NTH, CFG_REV, CFG_N_BASE, CFG_GATE_BIAS = CFG_N_BASE, CFG_X_GATES, CFG_N };
 
 static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
@@ -66,19 +71,22 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   if (nargs < 1 || args[0].type_index != kTVMFFIShape)
     return raise_err("TypeError", KL_TVM_LSTM_NAME ": the first argument must be the config shape");
   const TVMFFIShapeCell* cell = (const TVMFFIShapeCell*)((char*)args[0].v_obj + sizeof(TVMFFIObject));
-  if (cell->size != CFG_N || cell->data[CFG_ABI] != KL_TVM_LSTM_ABI) {
+  if ((cell->size != CFG_N && cell->size != CFG_N_BASE) || cell->data[CFG_ABI] != KL_TVM_LSTM_ABI) {
     snprintf(msg, sizeof(msg),
              KL_TVM_LSTM_NAME ": the module was compiled for calling convention %lld with %zu "
-             "config values; this engine implements v%d with %d: recompile the module",
-             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_LSTM_ABI, CFG_N);
+             "config values; this engine implements v%d with %d or %d: recompile the module",
+             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_LSTM_ABI, CFG_N_BASE,
+             CFG_N);
     return raise_err("RuntimeError", msg);
   }
   const int64_t* c = cell->data;
   const int L = (int)c[CFG_L], D = (int)c[CFG_D], P = (int)c[CFG_P], bias = (int)c[CFG_BIAS];
+  const int has_gb = cell->size == CFG_N && c[CFG_GATE_BIAS] != 0;
+  const int64_t x_gates = cell->size == CFG_N ? c[CFG_X_GATES] : 0;
   if (L < 1 || (D != 1 && D != 2) || P < 0 || (bias != 0 && bias != 1))
     return raise_err("ValueError", KL_TVM_LSTM_NAME ": invalid config");
   const int nw = L * D * (2 + 2 * bias + (P > 0));
-  const int want = 1 + 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + nw + 3;
+  const int want = 1 + 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + has_gb + nw + 3;
   if (nargs != want) {
     snprintf(msg, sizeof(msg), KL_TVM_LSTM_NAME ": expected %d arguments for this config, got %d",
              want, (int)nargs);
@@ -95,7 +103,7 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   int constant = c[CFG_CONST] != 0;
   keep->n = nw;
   keep->retained = 0;
-  const int w0 = 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0);
+  const int w0 = 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + has_gb;
   for (int i = 0; i < ntensor; i++) {
     TVMFFIObject* obj;
     t[i] = as_tensor(&args[i + 1], &obj);
@@ -123,12 +131,14 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   fa.constant_weights = constant;
   fa.dtype = c[CFG_DTYPE] == 1 ? KL_F64 : c[CFG_DTYPE] == 2 ? KL_BF16 : c[CFG_DTYPE] == 3 ? KL_F16 : KL_F32;
   fa.num_threads = c[CFG_NTH] > 0 ? (int)c[CFG_NTH] : 0;
+  fa.x_gates = x_gates == 0 || x_gates == 1 ? (int)x_gates : 2; /* the entry names a bad value */
   fa.x = t[k++];
   if (c[CFG_LEN]) fa.lengths = t[k++];
   if (c[CFG_HX]) {
     fa.h0 = t[k++];
     fa.c0 = t[k++];
   }
+  if (has_gb) fa.gate_bias = t[k++];
   fa.weights = (const DLTensor* const*)(t + k);
   fa.num_weights = nw;
   k += nw;
