@@ -336,3 +336,95 @@ def test_softmax_against_numpy(isa):
         assert y[1, 3] == 1.0 and y[1].sum() == 1.0
     finally:
         _core.set_isa(before)
+
+
+# ----------------------------------------------------------------------------------
+# fused attention
+# ----------------------------------------------------------------------------------
+def _attn_ref(q, k, v, mask, scale):
+    """float64 attention over [B, H, rows, D] arrays; a fully masked row gives zeros."""
+    s = np.einsum("bhld,bhsd->bhls", q.astype(np.float64), k.astype(np.float64)) * scale
+    if mask is not None:
+        s = s + mask.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        p = _softmax_ref(s)
+    dead = np.all(s == -np.inf, axis=-1, keepdims=True)
+    p = np.where(dead, 0.0, p)
+    return np.einsum("bhls,bhsd->bhld", p, v.astype(np.float64))
+
+
+def _attention(q, k, v, o, mask=None, layouts=(0, 0, 0, 0), scale=0.125, nth=0):
+    import struct
+
+    bits = struct.unpack("<i", struct.pack("<f", scale))[0]
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, *layouts, int(mask is not None), bits, nth])
+    args = [cfg, _t(q), _t(k), _t(v)] + ([_t(mask)] if mask is not None else []) + [_t(o)]
+    _fn(_dense.ATTENTION_FUNC)(*args)
+
+
+def _bhld(x, layout):
+    """A [B, H, rows, D] torch tensor stored in layout 1 ([B, rows, H, D]) as a view."""
+    return x.transpose(1, 2).contiguous().transpose(1, 2) if layout else x
+
+
+@pytest.mark.parametrize("B,H,L,S,D", [(1, 1, 1, 1, 1), (1, 3, 7, 5, 9), (2, 2, 130, 67, 16),
+                                       (1, 12, 33, 33, 64), (1, 2, 257, 300, 8)])
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("mask_kind", ["none", "row", "full"])
+def test_attention_against_numpy(B, H, L, S, D, layout, mask_kind):
+    g = torch.Generator().manual_seed(B * 100 + L)
+    q, k, v = (torch.randn(B, H, n, D, generator=g) for n in (L, S, S))
+    mask = None
+    if mask_kind == "row":     # [1, 1, L, S] broadcast (bert's padding mask), some -inf
+        mask = torch.zeros(1, 1, L, S)
+        mask[..., S // 2:] = float("-inf") if S > 1 else 0.0
+    elif mask_kind == "full":  # [B, H, L, S], finite values
+        mask = torch.randn(B, H, L, S, generator=g)
+    want = _attn_ref(q.numpy(), k.numpy(), v.numpy(), None if mask is None else mask.numpy(), 0.3)
+    # q, k and o through layout-1 views (strided: rows stride H*D), v as given
+    o = _bhld(torch.full((B, H, L, D), float("nan")), layout)
+    _attention(_t_perm(_bhld(q, layout), layout), _t_perm(_bhld(k, layout), layout), v,
+               _t_perm(o, layout), mask, (layout, layout, 0, layout), scale=0.3)
+    _close(o.numpy(), want)
+
+
+def _t_perm(x, layout):
+    """The 4-D tensor the extern sees: [B, H, rows, D] (layout 0) or [B, rows, H, D] (1)."""
+    return x.transpose(1, 2) if layout else x
+
+
+def test_attention_masked_rows_nan_and_threads():
+    g = torch.Generator().manual_seed(3)
+    B, H, L, S, D = 1, 4, 200, 150, 32
+    q, k, v = (torch.randn(B, H, n, D, generator=g) for n in (L, S, S))
+    mask = torch.zeros(B, 1, L, S)
+    mask[0, 0, 5, :] = float("-inf")          # a fully masked row: zeros
+    mask[0, 0, 6, :-1] = float("-inf")        # one key left: exactly v[.., -1, :]
+    q[0, 1, 9, 0] = float("nan")              # NaN in: a NaN row out (that head only)
+    outs = []
+    for nth in (1, 2, 3):
+        o = torch.empty(B, H, L, D)
+        _attention(q, k, v, o, mask, scale=0.2, nth=nth)
+        outs.append(o)
+    bits = [o.view(torch.int32) for o in outs]               # bitwise, NaNs included
+    assert all(torch.equal(bits[0], b) for b in bits[1:])
+    o = outs[0]
+    assert (o[0, :, 5] == 0).all()
+    torch.testing.assert_close(o[0, :, 6], v[0, :, -1], rtol=0, atol=1e-6)
+    assert torch.isnan(o[0, 1, 9]).all() and not torch.isnan(o[0, 0]).any()
+    ok = ~torch.isnan(o)
+    want = _attn_ref(q.numpy(), k.numpy(), v.numpy(), mask.numpy(), 0.2)
+    _close(o[ok].numpy(), want[ok.numpy()])
+
+
+def test_attention_errors():
+    q = torch.zeros(1, 2, 4, 8)
+    o = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="shapes do not match"):
+        _attention(q, torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 6, 8), o)
+    with pytest.raises(ValueError, match="mask"):
+        _attention(q, q, q, o, mask=torch.zeros(1, 1, 4, 5))
+    with pytest.raises(ValueError, match="unit stride"):
+        _attention(q, q, q, torch.zeros(1, 2, 8, 4).transpose(2, 3))
+    with pytest.raises(ValueError, match="layouts"):
+        _attention(q, q, q, o, layouts=(2, 0, 0, 0))

@@ -26,7 +26,8 @@ artifact, so it runs where TVM's runtime runs, without Python.
 """
 from __future__ import annotations
 
-__all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "SOFTMAX_FUNC", "ABI_VERSION",
+__all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "SOFTMAX_FUNC",
+           "ATTENTION_FUNC", "ABI_VERSION",
            "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls"]
 
 ABI_VERSION = 1
@@ -34,7 +35,8 @@ MATMUL_FUNC = "kokoro_lstm.matmul_v1"
 CONV1D_FUNC = "kokoro_lstm.conv1d_v1"
 CONV1D_TRANSPOSE_DW_FUNC = "kokoro_lstm.conv1d_transpose_dw_v1"
 SOFTMAX_FUNC = "kokoro_lstm.softmax_v1"
-DENSE_FUNCS = (MATMUL_FUNC, CONV1D_FUNC, CONV1D_TRANSPOSE_DW_FUNC, SOFTMAX_FUNC)
+ATTENTION_FUNC = "kokoro_lstm.attention_v1"
+DENSE_FUNCS = (MATMUL_FUNC, CONV1D_FUNC, CONV1D_TRANSPOSE_DW_FUNC, SOFTMAX_FUNC, ATTENTION_FUNC)
 #: ``--dense-method`` values: native (the engine's externs) or tvm (TVM's own lowering).
 DENSE_METHODS = ("native", "tvm")
 

@@ -71,4 +71,32 @@ kl_status kl_f32_conv1d_transpose_dw(const kl_conv1d_transpose_dw_args* args);
  * that is all -inf gives NaN, as in PyTorch. */
 kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int num_threads);
 
+/* Scaled dot-product attention, heads at once, without [L, S] score tensors in
+ * memory: for b < batch, h < heads, l < L
+ *   o[b,h,l,:] = softmax_s(scale * q[b,h,l,:] . k[b,h,s,:] + mask[b,h,l,s]) @ v[b,h,:,:]
+ * and a row whose every score is -inf gives zeros (PyTorch's CPU SDPA with a
+ * mask that hides a whole row). q [L, D], k and v [S, D], o [L, D] per (b, h),
+ * each with unit stride along D and element strides (batch, head, row) given,
+ * so [B, L, H, D] (a linear's output, before its head transpose) is read or
+ * written in place. mask: NULL, or [*, *, L, S] with unit stride along S and
+ * strides (batch, head, row); 0 broadcasts. Rows are done in blocks of
+ * KL_ATTN_ROWS fixed by the shape: results do not depend on num_threads. */
+typedef struct kl_attention_args {
+  int64_t batch, heads, L, S, D;
+  const float* q;
+  int64_t sqb, sqh, sql;
+  const float* k;
+  int64_t skb, skh, sks;
+  const float* v;
+  int64_t svb, svh, svs;
+  const float* mask;
+  int64_t smb, smh, sml;
+  float scale;
+  float* o;
+  int64_t sob, soh, sol;
+  int num_threads;
+} kl_attention_args;
+
+kl_status kl_f32_attention(const kl_attention_args* args);
+
 #endif

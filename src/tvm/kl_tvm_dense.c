@@ -12,9 +12,17 @@
  *                       num_threads), x [N, C, W], w [C, 1, K], [bias [C]], y [N, C, Wout])
  * kokoro_lstm.softmax_v1(cfg: Shape(abi, num_threads), x [..., n], y [..., n])
  *   softmax over the last axis; compact tensors.
+ * kokoro_lstm.attention_v1(cfg: Shape(abi, q_layout, k_layout, v_layout, o_layout, has_mask,
+ *                       scale (float32 bits), num_threads), q, k, v, [mask], o)
+ *   softmax(scale * q k^T + mask) v per (batch, head), a fully masked row giving zeros
+ *   (see kl_f32_attention). Each of q, k, v, o is 4-D with layout 0: [B, H, rows, D]
+ *   or 1: [B, rows, H, D] (a linear's output before its head transpose), unit stride
+ *   along D; mask: float32 [.., L, S] broadcast to [B, H, L, S] (2 to 4 dims, each
+ *   leading one 1 or full), unit stride along S.
  *   conv tensors compact; a conv bias is any compact tensor of Cout (C) values.
  *   num_threads 0: the process default (kl_get_num_threads). */
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "dense.h"
@@ -333,5 +341,104 @@ int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* 
   const int64_t n = x.shape[x.ndim - 1];
   const kl_status s =
       kl_f32_softmax(n ? numel(&x) / n : 0, n, x.data, y.data, cfg[1] > 0 ? (int)cfg[1] : 0);
+  return s == KL_OK ? 0 : status_err(fn, s);
+}
+
+/* (batch, head, row) strides and sizes of a 4-D attention operand in layout
+ * 0 [B, H, rows, D] or 1 [B, rows, H, D]; -1 if D's stride is not 1. */
+static int attn_view(const view* v, int layout, int64_t dims[4], int64_t st[3]) {
+  const int hi = layout ? 2 : 1, ri = layout ? 1 : 2;
+  dims[0] = v->shape[0];
+  dims[1] = v->shape[hi];
+  dims[2] = v->shape[ri];
+  dims[3] = v->shape[3];
+  if (dims[3] > 1 && v->strides[3] != 1) return -1;
+  st[0] = v->strides[0];
+  st[1] = v->strides[hi];
+  st[2] = dims[2] > 1 ? v->strides[ri] : dims[3];
+  if (st[2] < dims[3]) return -1;
+  return 0;
+}
+
+int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_ATTENTION_NAME;
+  char what[300];
+  const int64_t* cfg;
+  result->type_index = kTVMFFINone;
+  if (check_cfg(fn, args, nargs, 8, &cfg)) return -1;
+  const int has_mask = cfg[5] != 0;
+  if (check_nargs(fn, nargs, 5 + has_mask)) return -1;
+  for (int i = 1; i <= 4; i++)
+    if (cfg[i] != 0 && cfg[i] != 1) return errf("ValueError", fn, "layouts must be 0 or 1");
+  view q, k, v, mask, o;
+  if (get_view(fn, &args[1], "q", &q) || get_view(fn, &args[2], "k", &k) ||
+      get_view(fn, &args[3], "v", &v) || (has_mask && get_view(fn, &args[4], "mask", &mask)) ||
+      get_view(fn, &args[4 + has_mask], "o", &o))
+    return -1;
+  if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || o.ndim != 4)
+    return errf("ValueError", fn, "q, k, v and o must be 4-D");
+  int64_t dq[4], dk[4], dv[4], dout[4], sq[3], sk[3], sv[3], so[3];
+  if (attn_view(&q, (int)cfg[1], dq, sq) || attn_view(&k, (int)cfg[2], dk, sk) ||
+      attn_view(&v, (int)cfg[3], dv, sv) || attn_view(&o, (int)cfg[4], dout, so))
+    return errf("ValueError", fn, "q, k, v and o need unit stride along D and distinct rows");
+  if (dk[0] != dq[0] || dv[0] != dq[0] || dout[0] != dq[0] || dk[1] != dq[1] ||
+      dv[1] != dq[1] || dout[1] != dq[1] || dk[3] != dq[3] || dv[2] != dk[2] ||
+      dout[2] != dq[2] || dout[3] != dv[3] || dv[3] != dq[3]) {
+    snprintf(what, sizeof(what),
+             "shapes do not match: q [B %lld, H %lld, L %lld, D %lld], k [%lld, %lld, S %lld, %lld], "
+             "v [%lld, %lld, %lld, %lld], o [%lld, %lld, %lld, %lld] (as B, H, rows, D)",
+             (long long)dq[0], (long long)dq[1], (long long)dq[2], (long long)dq[3],
+             (long long)dk[0], (long long)dk[1], (long long)dk[2], (long long)dk[3],
+             (long long)dv[0], (long long)dv[1], (long long)dv[2], (long long)dv[3],
+             (long long)dout[0], (long long)dout[1], (long long)dout[2], (long long)dout[3]);
+    return errf("ValueError", fn, what);
+  }
+  kl_attention_args a;
+  memset(&a, 0, sizeof(a));
+  a.batch = dq[0];
+  a.heads = dq[1];
+  a.L = dq[2];
+  a.S = dk[2];
+  a.D = dq[3];
+  if (has_mask) {
+    const int nd = mask.ndim;
+    const int64_t full[4] = {a.batch, a.heads, a.L, a.S};
+    if (nd < 2 || mask.shape[nd - 2] != a.L || mask.shape[nd - 1] != a.S ||
+        (a.S > 1 && mask.strides[nd - 1] != 1))
+      return errf("ValueError", fn, "mask must be [.., L, S] with unit stride along S");
+    int64_t ms[3] = {0, 0, a.L > 1 ? mask.strides[nd - 2] : 0};
+    for (int i = 0; i < nd - 2; i++) {
+      const int d = 4 - nd + i; /* the [B, H, L, S] axis of mask's axis i */
+      if (mask.shape[i] == 1) continue;
+      if (mask.shape[i] != full[d])
+        return errf("ValueError", fn, "mask's leading dimensions must be 1 or [B, H]'s");
+      ms[d] = mask.strides[i];
+    }
+    a.mask = mask.data;
+    a.smb = ms[0];
+    a.smh = ms[1];
+    a.sml = ms[2];
+  }
+  uint32_t bits = (uint32_t)cfg[6];
+  memcpy(&a.scale, &bits, sizeof(a.scale));
+  a.q = q.data;
+  a.sqb = sq[0];
+  a.sqh = sq[1];
+  a.sql = sq[2];
+  a.k = k.data;
+  a.skb = sk[0];
+  a.skh = sk[1];
+  a.sks = sk[2];
+  a.v = v.data;
+  a.svb = sv[0];
+  a.svh = sv[1];
+  a.svs = sv[2];
+  a.o = o.data;
+  a.sob = so[0];
+  a.soh = so[1];
+  a.sol = so[2];
+  a.num_threads = cfg[7] > 0 ? (int)cfg[7] : 0;
+  const kl_status s = kl_f32_attention(&a);
   return s == KL_OK ? 0 : status_err(fn, s);
 }

@@ -11,6 +11,7 @@
 #define KL_TVM_CONV1D_NAME "kokoro_lstm.conv1d_v1"
 #define KL_TVM_CONV1D_TRANSPOSE_DW_NAME "kokoro_lstm.conv1d_transpose_dw_v1"
 #define KL_TVM_SOFTMAX_NAME "kokoro_lstm.softmax_v1"
+#define KL_TVM_ATTENTION_NAME "kokoro_lstm.attention_v1"
 
 int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
@@ -18,6 +19,7 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
                                TVMFFIAny* result);
 
 int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
+int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 
 /* Raises a tvm-ffi error of the given kind (kl_tvm_ffi.c); returns -1. */
 int kl_tvm_raise(const char* kind, const char* msg);
