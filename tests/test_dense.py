@@ -207,7 +207,9 @@ def test_rewrite_linear_attention_and_conv():
                 k = bb.emit(relax.op.permute_dims(q, [0, 1, 3, 2]))  # [1, 2, 12, 7]
                 s = bb.emit(relax.op.matmul(q, k))                  # batched [1, 2, 7, 7]
                 p = bb.emit(relax.op.nn.softmax(s, axis=-1))
-                o = bb.emit(relax.op.matmul(p, q))                  # [1, 2, 7, 12]
+                o = bb.emit(relax.op.matmul(p, q))                  # [1, 2, 7, 12]: attention
+                s2 = bb.emit(relax.op.matmul(h, relax.op.permute_dims(h, [0, 2, 1])))
+                s2 = bb.emit(relax.op.nn.softmax(s2, axis=-1))      # a softmax of its own
                 o = bb.emit(relax.op.power(o, relax.const(3.0, "float32")))
                 c = bb.emit(relax.op.nn.conv1d(y, relax.const(Wc), padding=[2, 2]))  # [1, 6, 9]
                 c = bb.emit(relax.op.add(c, relax.const(bc)))
@@ -215,6 +217,7 @@ def test_rewrite_linear_attention_and_conv():
                                                          padding=[1, 1], output_padding=[1],
                                                          groups=6))  # [1, 6, 18]
                 r = bb.emit(relax.op.add(relax.op.sum(o), relax.op.sum(u)))
+                r = bb.emit(relax.op.add(r, relax.op.sum(s2)))
                 out = bb.emit_output(relax.op.reshape(r, (1,)))
             bb.emit_func_output(out)
 
@@ -223,14 +226,56 @@ def test_rewrite_linear_attention_and_conv():
               rng.standard_normal((1, 4, 9)).astype("float32")]
     want, _, _ = _run(mod, inputs, dense=False)
     got, counts, ex = _run(mod, inputs, dense=True)
-    assert counts["matmul"] >= 3 and counts["bias_fused"] == 2
-    assert counts["conv1d_transpose_dw"] == 1
+    assert counts["matmul"] == 2 and counts["bias_fused"] == 2
+    assert counts["conv1d_transpose_dw"] == 1 and counts["attention"] == 1
     calls = kt.count_dense_calls(ex.as_text())
-    assert set(calls) == {_dense.MATMUL_FUNC, _dense.CONV1D_FUNC,
+    assert set(calls) == {_dense.MATMUL_FUNC, _dense.CONV1D_FUNC, _dense.ATTENTION_FUNC,
                           _dense.CONV1D_TRANSPOSE_DW_FUNC, _dense.SOFTMAX_FUNC}, calls
     assert counts["softmax"] == 1
     assert kt.uses_engine(ex)
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_rewrite_torch_sdpa_decomposition(masked):
+    """torch.export's SDPA decomposition (q/k scaled, bool mask -> -inf, softmax, the
+    fully-masked-row fix, head transposes around it) becomes one attention extern
+    reading and writing [B, L, H, D] in place, and matches PyTorch, a fully masked
+    query row included (zeros, like PyTorch's CPU SDPA)."""
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(24, 72)
+
+        def forward(self, x, mask):
+            B, L, _ = x.shape
+            q, k, v = self.qkv(x).view(B, L, 3, 4, 6).unbind(2)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            m = mask[:, None, :, :] if masked else None
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m,
+                                                                 scale=0.3)
+            return o.transpose(1, 2).reshape(B, L, 24)
+
+    torch.manual_seed(0)
+    model = Attn().eval()
+    x = torch.randn(1, 37, 24)
+    mask = torch.rand(1, 37, 37) > 0.3
+    mask[0, 4, :] = False                     # a query that sees nothing
+    with torch.no_grad():
+        want = model(x, mask).numpy()
+    ep = torch.export.export(model, (x, mask))
+    mod = kt.from_exported_program(ep)
+    mod, counts = _dense.rewrite_dense(mod, num_threads=2)
+    assert counts.get("attention") == 1, counts
+    text = mod.script(show_meta=False)
+    assert "permute_dims" not in text and "softmax" not in text
+    ex = tvm.compile(kt.prepare(mod), target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(mask.numpy()))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if masked:
+        assert np.all(got[0, 4] == 0)
 
 
 def test_rewrite_leaves_dynamic_and_non_float32_alone():

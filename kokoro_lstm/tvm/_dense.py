@@ -15,6 +15,14 @@ shape is static and the dtype float32:
   with the bias of a following ``R.add(conv, bias[1, C, 1])`` fused likewise;
 * ``R.nn.conv1d_transpose`` with groups == channels (f0n's depthwise upsampling)
   by ``kokoro_lstm.conv1d_transpose_dw_v1``;
+* the scaled-dot-product attention that ``torch.export`` decomposes SDPA into
+  (``matmul(q*a, permute(k)*a)`` [``+ mask``] → ``softmax`` → fully-masked-row
+  fix → ``matmul(·, v)``, see :meth:`_Rewriter.attention`) by
+  ``kokoro_lstm.attention_v1``: one call per attention, q/k/v read and the output
+  written in the ``[B, L, H, D]`` layout of the linears around it (their head
+  transposes folded), no ``[B, H, L, S]`` tensor in memory. Measured on bert at 512
+  tokens (2-core AVX-512 Xeon, 1 thread): the decomposed form spent ~90 ms per
+  forward in TVM kernels and softmax besides its GEMMs, ~180 ms in all;
 * ``R.nn.softmax`` over the last axis (bert's attention: TVM's scheduled softmax
   took ~16 ms per [12, 512, 512] layer, half of bert's non-GEMM time) by
   ``kokoro_lstm.softmax_v1`` (vectorized exp, rows on the pool).
@@ -122,6 +130,39 @@ def _count_uses(expr, uses):
     return isinstance(expr, leaf)
 
 
+def _const_scalar(e):
+    """The float value of a scalar (or one-element) float Constant, else None."""
+    import tvm
+
+    if not isinstance(e, tvm.ir.expr.Constant) or not hasattr(e.value, "numpy"):
+        return None
+    a = e.value.numpy()
+    if a.size != 1 or a.dtype.kind != "f":
+        return None
+    return float(a.reshape(()))
+
+
+def _call_vars(e):
+    """The Vars a binding value reads directly (call arguments, tuple fields)."""
+    from tvm import relax
+
+    if isinstance(e, relax.Var):
+        return [e]
+    if isinstance(e, relax.Call):
+        return [v for a in e.args for v in _call_vars(a)]
+    if isinstance(e, relax.Tuple):
+        return [v for f in e.fields for v in _call_vars(f)]
+    if isinstance(e, relax.TupleGetItem):
+        return _call_vars(e.tuple_value)
+    return []
+
+
+def _f32_bits(x):
+    import struct
+
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
 class _Rewriter:
     def __init__(self, num_threads):
         self.nth = int(num_threads or 0)
@@ -227,6 +268,185 @@ class _Rewriter:
         self._count("softmax")
         return relax.call_dps_packed(SOFTMAX_FUNC, [cfg, x], relax.TensorType(out, "float32"))
 
+
+    # -- attention ----------------------------------------------------------------
+    def _peel(self, x, bindings):
+        """x through reshapes and same-size broadcast_to (row-major views of it)."""
+        import math
+
+        while True:
+            v = bindings.get(x)
+            name = _op_name(v)
+            if name not in ("relax.reshape", "relax.broadcast_to"):
+                return x
+            src = v.args[0]
+            a, b = _static_shape(src), _static_shape(x)
+            if a is None or b is None or math.prod(a) != math.prod(b):
+                return x
+            x = src
+
+    def _bhsd(self, x, bindings):
+        """(tensor, layout) for a [B, H, rows, D] operand: the [B, rows, H, D]
+        tensor it is permute_dims([0, 2, 1, 3]) of (layout 1), else itself (0)."""
+        v = bindings.get(x)
+        if _op_name(v) == "relax.permute_dims" and v.attrs.axes is not None:
+            if [int(a) for a in v.attrs.axes] == [0, 2, 1, 3] and _static_shape(v.args[0]):
+                return v.args[0], 1
+        return x, 0
+
+    def _masked_row_fix(self, pw, bindings):
+        """softmax input S2 and softmax var P of ``where(no score > -inf in the row,
+        0, P)`` (torch's SDPA decomposition), else None."""
+        from tvm import relax
+
+        v = bindings.get(pw)
+        if _op_name(v) != "relax.where":
+            return None
+        c, z, p = v.args
+        zv = bindings.get(z)
+        if _op_name(zv) != "relax.full_like" or _const_scalar(zv.args[1]) != 0.0:
+            return None
+        chain = ["relax.logical_not", "relax.astype", "relax.max", "relax.astype",
+                 "relax.logical_not", "relax.equal"]
+        x = c
+        for want in chain:
+            xv = bindings.get(x) if isinstance(x, relax.Var) else None
+            if _op_name(xv) != want:
+                return None
+            if want == "relax.max" and [int(a) for a in (xv.attrs.axis or [])] not in ([-1], [3]):
+                return None
+            if want == "relax.equal":
+                if _const_scalar(xv.args[1]) != float("-inf"):
+                    return None
+                return xv.args[0], p
+            x = xv.args[0]
+        return None
+
+    def attention(self, var, call, bindings, users):
+        """A plan for the SDPA decomposition ending in ``var = matmul(P, v)``:
+        (new bindings, vars to drop), else None. See the module docstring."""
+        import math
+
+        from tvm import relax
+
+        p3, v3 = call.args
+        sp, sv, so = _static_shape(p3), _static_shape(v3), _static_shape(call)
+        if sp is None or sv is None or so is None or len(sp) not in (3, 4):
+            return None
+        v4 = self._peel(v3, bindings)
+        pw = self._peel(p3, bindings)
+        s_v4, s_pw = _static_shape(v4), _static_shape(pw)
+        if s_v4 is None or s_pw is None or len(s_v4) != 4 or len(s_pw) != 4:
+            return None
+        B, H, L, S = s_pw
+        D = s_v4[3]
+        if s_v4 != (B, H, S, D) or math.prod(so) != B * H * L * D or so[-2:] != (L, D):
+            return None
+        fix = self._masked_row_fix(pw, bindings)
+        if fix is not None:
+            s2, p = fix
+        else:
+            s2, p = None, pw
+        pv = bindings.get(p)
+        if _op_name(pv) != "relax.nn.softmax" or int(pv.attrs.axis) not in (-1, 3):
+            return None
+        if s2 is not None and not pv.args[0].same_as(s2):
+            return None
+        s2 = pv.args[0]
+        mask = None
+        s4 = s2
+        av = bindings.get(s2)
+        if _op_name(av) == "relax.add":
+            for a, b in ((av.args[0], av.args[1]), (av.args[1], av.args[0])):
+                mm = bindings.get(self._peel(a, bindings))
+                if _op_name(mm) == "relax.matmul":
+                    s4, mask = a, b
+                    break
+            else:
+                return None
+        elif fix is None:
+            pass  # no mask, no fully-masked-row fix: the same numbers
+        mm = bindings.get(self._peel(s4, bindings))
+        if _op_name(mm) != "relax.matmul":
+            return None
+        if fix is None and mask is not None:
+            return None  # a mask without torch's row fix: rows all -inf would be NaN there
+        scale = 1.0
+
+        def strip(x, want_t):
+            nonlocal scale
+            transposed = False
+            while True:
+                x = self._peel(x, bindings)
+                xv = bindings.get(x)
+                name = _op_name(xv)
+                if name == "relax.multiply":
+                    c = _const_scalar(xv.args[1])
+                    if c is None:
+                        return None
+                    scale *= c
+                    x = xv.args[0]
+                elif (name == "relax.permute_dims" and want_t and not transposed
+                      and xv.attrs.axes is not None
+                      and [int(a) for a in xv.attrs.axes] == [0, 1, 3, 2]):
+                    transposed = True
+                    x = xv.args[0]
+                else:
+                    break
+            return x if transposed == want_t else None
+
+        q4 = strip(mm.args[0], False)
+        k4 = strip(mm.args[1], True)
+        if q4 is None or k4 is None:
+            return None
+        if _static_shape(q4) != (B, H, L, D) or _static_shape(k4) != (B, H, S, D):
+            return None
+        if mask is not None:
+            sm = _static_shape(mask)
+            if sm is None or not 2 <= len(sm) <= 4 or sm[-2:] != (L, S):
+                return None
+            lead = (B, H)[4 - len(sm):] if len(sm) > 2 else ()
+            if any(d not in (1, f) for d, f in zip(sm[:-2], lead)):
+                return None
+        (q, lq), (k, lk), (v, lv) = (self._bhsd(x, bindings) for x in (q4, k4, v4))
+        # the output: [B, H, L, D] through reshapes, or [B, L, H, D] when the result only
+        # feeds a chain of permutes that composes to [0, 2, 1, 3] (then bound to its end)
+        drop, out_var, lo = set(), None, 0
+        x, perm = var, None
+        while len(users.get(x, ())) == 1:
+            u = users[x][0]
+            uv = bindings.get(u)
+            name = _op_name(uv)
+            su = _static_shape(u)
+            if name == "relax.reshape" and perm is None and su == (B, H, L, D):
+                pass
+            elif name == "relax.permute_dims" and len(su or ()) == 4 and uv.attrs.axes is not None:
+                ax = [int(a) for a in uv.attrs.axes]
+                perm = [(perm or [0, 1, 2, 3])[a] for a in ax]
+            else:
+                break
+            drop.add(x)
+            x = u
+            if perm == [0, 2, 1, 3]:
+                out_var, lo = x, 1
+                break
+        if out_var is None:
+            drop = set()
+        else:
+            drop.add(out_var)  # its binding moves up to var's place
+        cfg = relax.ShapeExpr([ABI_VERSION, lq, lk, lv, lo, int(mask is not None),
+                               _f32_bits(scale), self.nth])
+        oshape = (B, L, H, D) if lo else (B, H, L, D)
+        ext = relax.call_dps_packed(ATTENTION_FUNC, [cfg, q, k, v] + ([mask] if mask is not None else []),
+                                    relax.TensorType(oshape, "float32"))
+        self._count("attention")
+        if out_var is not None:
+            return [(out_var, ext)], drop
+        if oshape == so:
+            return [(var, ext)], drop
+        tmp = relax.Var("attn", relax.TensorType(oshape, "float32"))
+        return [(tmp, ext), (var, relax.op.reshape(tmp, so))], drop
+
     RULES = {"relax.matmul": "matmul", "relax.nn.conv1d": "conv1d",
              "relax.nn.conv1d_transpose": "conv1d_transpose", "relax.nn.softmax": "softmax"}
 
@@ -272,12 +492,34 @@ class _Rewriter:
                 else:
                     fusable = False
         fusable &= _count_uses(body.body, uses)
-        changed = False
+        # attention plans (a pre-pass: each replaces bindings further down its block)
+        plans, drop = {}, set()
+        for block in body.blocks:
+            users = {}
+            for bd in block.bindings:
+                if isinstance(bd, relax.VarBinding):
+                    for v in _call_vars(bd.value):
+                        users.setdefault(v, []).append(bd.var)
+            for v in _call_vars(body.body):
+                users.setdefault(v, []).append(None)
+            for bd in block.bindings:
+                if isinstance(bd, relax.VarBinding) and _op_name(bd.value) == "relax.matmul":
+                    plan = self.attention(bd.var, bd.value, bindings, users)
+                    if plan is not None:
+                        plans[bd.var] = plan[0]
+                        drop |= plan[1]
+        changed = bool(plans)
         blocks = []
         bb = relax.BlockBuilder()
         for block in body.blocks:
             new_bindings = []
             for bd in block.bindings:
+                if bd.var in plans:
+                    for pv, val in plans[bd.var]:
+                        new_bindings.append(relax.VarBinding(pv, bb.normalize(val)))
+                    continue
+                if bd.var in drop:
+                    continue
                 new = None
                 if isinstance(bd, relax.VarBinding):
                     v = bd.value
@@ -330,7 +572,7 @@ def rewrite_dense(mod, num_threads=0):
     calls = count_dense_calls(out)
     counts = {k: calls[f] for k, f in (("matmul", MATMUL_FUNC), ("conv1d", CONV1D_FUNC),
                                         ("conv1d_transpose_dw", CONV1D_TRANSPOSE_DW_FUNC),
-                                        ("softmax", SOFTMAX_FUNC))
+                                        ("softmax", SOFTMAX_FUNC), ("attention", ATTENTION_FUNC))
               if f in calls}
     for k in ("bias_fused", "lstm_threads"):
         if rw.counts.get(k):

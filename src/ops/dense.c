@@ -303,38 +303,28 @@ static void attn_block(const attn_job* j, int64_t t, float* sc) {
   const float* k = a->k + b * a->skb + h * a->skh;
   const float* v = a->v + b * a->svb + h * a->svh;
   float* o = a->o + b * a->sob + h * a->soh + l0 * a->sol;
-  if (D == 0) {
-    memset(sc, 0, (size_t)(m * S) * sizeof(float));
-  } else {
-    kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)S, (int)D, 1.0f, q,
-                   (int)a->sql, k, (int)a->sks, 0.0f, sc, (int)S);
+  /* S = scale * Q K^T + mask: the mask rows are copied in and added by the GEMM
+   * (beta 1), the scale is its alpha; the softmax kernel finds each row's max.
+   * (A scalar scale/mask/max pass over S took as long as both GEMMs here.) */
+  float beta = 0.0f;
+  if (a->mask) {
+    for (int64_t i = 0; i < m; i++)
+      memcpy(sc + i * S, a->mask + b * a->smb + h * a->smh + (l0 + i) * a->sml,
+             (size_t)S * sizeof(float));
+    beta = 1.0f;
   }
-  const float sc_scale = a->scale;
+  kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)S, (int)D, a->scale, q,
+                 (int)a->sql, k, (int)a->sks, beta, sc, (int)S);
   for (int64_t i = 0; i < m; i++) {
     float* row = sc + i * S;
-    const float* mk = a->mask ? a->mask + b * a->smb + h * a->smh + (l0 + i) * a->sml : NULL;
-    float mx = -INFINITY;
-    if (mk)
-      for (int64_t s = 0; s < S; s++) {
-        row[s] = row[s] * sc_scale + mk[s];
-        mx = row[s] > mx ? row[s] : mx;
-      }
-    else
-      for (int64_t s = 0; s < S; s++) {
-        row[s] *= sc_scale;
-        mx = row[s] > mx ? row[s] : mx;
-      }
-    if (mx == -INFINITY) { /* every score -inf (masked): zeros, as PyTorch (NaN: softmax's) */
-      int all_inf = 1;
-      for (int64_t s = 0; s < S && all_inf; s++) all_inf = row[s] == -INFINITY;
-      if (all_inf) {
-        memset(row, 0, (size_t)S * sizeof(float));
-        continue;
-      }
+    int64_t s = 0;
+    while (s < S && row[s] == -INFINITY) s++; /* exits at once on an unmasked row */
+    if (s == S) { /* every score -inf (masked): zeros, as PyTorch (NaN stays softmax's) */
+      memset(row, 0, (size_t)S * sizeof(float));
+      continue;
     }
     j->softmax((size_t)S, row, row);
   }
-  if (D == 0) return;
   kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)D, (int)S, 1.0f, sc,
                  (int)S, v, (int)a->svs, 0.0f, o, (int)a->sol);
 }
