@@ -30,6 +30,7 @@
 
 #include "kokoro_lstm.h"
 #include "internal.h" /* kernel-level comparisons only */
+#include "dense.h"   /* the dense operators (src/ops) */
 
 /* ---- bookkeeping ------------------------------------------------------- */
 
@@ -1505,6 +1506,123 @@ static void test_dispatch(const char* name) {
 
 /* ---- main ---------------------------------------------------------------- */
 
+/* ---- dense operators (src/ops/dense.c) -------------------------------------- */
+static float frand(uint32_t* st) {
+  *st = *st * 1664525u + 1013904223u;
+  return (float)((*st >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* kl_f32_matmul on shapes cut into several uneven tiles, against a float64
+ * product; num_threads 1, 2, 3 bitwise identical. */
+static void test_dense_matmul(void) {
+  const int64_t M = 530, N = 1100, K = 37;
+  float* A = malloc(sizeof(float) * (size_t)(M * K));
+  float* B = malloc(sizeof(float) * (size_t)(N * K));
+  float* C[3];
+  for (int i = 0; i < 3; i++) C[i] = malloc(sizeof(float) * (size_t)(M * N));
+  if (!A || !B || !C[0] || !C[1] || !C[2]) {
+    check(0, "[dense] matmul: out of memory");
+    goto done;
+  }
+  uint32_t st = 7;
+  for (int64_t i = 0; i < M * K; i++) A[i] = frand(&st);
+  for (int64_t i = 0; i < N * K; i++) B[i] = frand(&st);
+  kl_status s = KL_OK;
+  for (int t = 0; t < 3 && s == KL_OK; t++) {
+    kl_matmul_args m;
+    memset(&m, 0, sizeof(m));
+    m.batch = 1, m.M = M, m.N = N, m.K = K, m.a = A, m.lda = K, m.b = B, m.ldb = K, m.trans_b = 1;
+    m.c = C[t], m.ldc = N, m.num_threads = t + 1;
+    s = kl_f32_matmul(&m);
+  }
+  double err = 0;
+  for (int64_t i = 0; i < M && s == KL_OK; i += 7)
+    for (int64_t j = 0; j < N; j++) {
+      double r = 0;
+      for (int64_t k = 0; k < K; k++) r += (double)A[i * K + k] * B[j * K + k];
+      err = fmax(err, fabs(r - C[0][i * N + j]));
+    }
+  check(s == KL_OK && err < 1e-4 && !memcmp(C[0], C[1], sizeof(float) * (size_t)(M * N)) &&
+            !memcmp(C[0], C[2], sizeof(float) * (size_t)(M * N)),
+        "[dense] matmul 530x37 @ (1100x37)^T: %s, max abs err %.2g, threads 1/2/3 bitwise equal",
+        kl_status_str(s), err);
+done:
+  free(A);
+  free(B);
+  for (int i = 0; i < 3; i++) free(C[i]);
+}
+
+/* kl_f32_attention ([B, L, H, D] layout, broadcast mask with a fully masked row)
+ * against float64; num_threads 1, 2, 3 bitwise identical. */
+static void test_dense_attention(void) {
+  const int64_t B = 2, H = 3, L = 150, S = 77, D = 9, HD = H * D;
+  float* q = malloc(sizeof(float) * (size_t)(B * L * HD));
+  float* kv = malloc(sizeof(float) * (size_t)(B * S * HD));
+  float* mask = malloc(sizeof(float) * (size_t)(L * S));
+  float* o[3];
+  for (int i = 0; i < 3; i++) o[i] = malloc(sizeof(float) * (size_t)(B * L * HD));
+  double* p = malloc(sizeof(double) * (size_t)S);
+  if (!q || !kv || !mask || !o[0] || !o[1] || !o[2] || !p) {
+    check(0, "[dense] attention: out of memory");
+    goto done;
+  }
+  uint32_t st = 11;
+  for (int64_t i = 0; i < B * L * HD; i++) q[i] = frand(&st);
+  for (int64_t i = 0; i < B * S * HD; i++) kv[i] = frand(&st);
+  for (int64_t i = 0; i < L * S; i++) mask[i] = (i % 5 == 0) ? -INFINITY : 0.0f;
+  for (int64_t s2 = 0; s2 < S; s2++) mask[3 * S + s2] = -INFINITY; /* row 3: all masked */
+  kl_status s = KL_OK;
+  for (int t = 0; t < 3 && s == KL_OK; t++) {
+    kl_attention_args a;
+    memset(&a, 0, sizeof(a));
+    a.batch = B, a.heads = H, a.L = L, a.S = S, a.D = D, a.scale = 0.4f;
+    a.q = q, a.sqb = L * HD, a.sqh = D, a.sql = HD;
+    a.k = kv, a.skb = S * HD, a.skh = D, a.sks = HD; /* v = k: one buffer */
+    a.v = kv, a.svb = S * HD, a.svh = D, a.svs = HD;
+    a.mask = mask, a.sml = S;
+    a.o = o[t], a.sob = L * HD, a.soh = D, a.sol = HD;
+    a.num_threads = t + 1;
+    s = kl_f32_attention(&a);
+  }
+  double err = 0;
+  int zeros = 1;
+  for (int64_t b = 0; b < B && s == KL_OK; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t l = 0; l < L; l++) {
+        const float* qr = q + b * L * HD + l * HD + h * D;
+        const float* out = o[0] + b * L * HD + l * HD + h * D;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < S; j++) {
+          const float* kr = kv + b * S * HD + j * HD + h * D;
+          double dot = 0;
+          for (int64_t d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+          p[j] = 0.4 * dot + mask[l * S + j];
+          mx = fmax(mx, p[j]);
+        }
+        if (mx == -INFINITY) {
+          for (int64_t d = 0; d < D; d++) zeros &= out[d] == 0.0f;
+          continue;
+        }
+        for (int64_t j = 0; j < S; j++) sum += p[j] = exp(p[j] - mx);
+        for (int64_t d = 0; d < D; d++) {
+          double r = 0;
+          for (int64_t j = 0; j < S; j++) r += p[j] / sum * kv[b * S * HD + j * HD + h * D + d];
+          err = fmax(err, fabs(r - out[d]));
+        }
+      }
+  const size_t n = sizeof(float) * (size_t)(B * L * HD);
+  check(s == KL_OK && err < 2e-5 && zeros && !memcmp(o[0], o[1], n) && !memcmp(o[0], o[2], n),
+        "[dense] attention B2 H3 L150 S77 D9, [B, L, H, D], masked row: %s, max abs err %.2g, "
+        "masked row zeros %d, threads 1/2/3 bitwise equal",
+        kl_status_str(s), err, zeros);
+done:
+  free(q);
+  free(kv);
+  free(mask);
+  for (int i = 0; i < 3; i++) free(o[i]);
+  free(p);
+}
+
 int main(void) {
   const kl_isa best = kl_isa_detected();
   printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
@@ -1516,6 +1634,8 @@ int main(void) {
   test_bad_args();
   test_gate_args();
   test_kernel_lists();
+  test_dense_matmul();
+  test_dense_attention();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");
   if (forced && *forced)
