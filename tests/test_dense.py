@@ -473,3 +473,70 @@ def test_attention_errors():
         _attention(q, q, q, torch.zeros(1, 2, 8, 4).transpose(2, 3))
     with pytest.raises(ValueError, match="layouts"):
         _attention(q, q, q, o, layouts=(2, 0, 0, 0))
+
+
+# ----------------------------------------------------------------------------------
+# GELU (tanh form) epilogue of the matmul extern
+# ----------------------------------------------------------------------------------
+def _gelu_tanh(x):
+    x = np.asarray(x, dtype=np.float64)
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+@pytest.mark.parametrize("M,K,N,bias", [(1, 1, 1, False), (7, 13, 1030, True),
+                                        (130, 64, 513, True), (3, 0, 17, True)])
+def test_matmul_gelu_epilogue(M, K, N, bias):
+    g = torch.Generator().manual_seed(M + N)
+    A = torch.randn(M, K, generator=g)
+    W = torch.randn(N, K, generator=g)
+    b = torch.randn(N, generator=g) if bias else None
+    if M > 1 and K > 0:
+        A[1, 0] = float("nan")                # a NaN row stays NaN
+    outs = []
+    for nth in (1, 2):
+        C = torch.full((M, N), 7.0)
+        cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, int(bias), nth, 1])
+        _fn(_dense.MATMUL_FUNC)(*([cfg, _t(A), _t(W)] + ([_t(b)] if bias else []) + [_t(C)]))
+        outs.append(C)
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+    want = A.double().numpy() @ W.double().numpy().T + (b.double().numpy() if bias else 0.0)
+    want = _gelu_tanh(want)
+    got = outs[0].numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    _close(got[ok], want[ok])
+    with pytest.raises(ValueError, match="activation"):
+        cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, 0, 1, 9])
+        _fn(_dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(torch.empty(M, N)))
+
+
+def test_rewrite_linear_gelu_new():
+    """Linear -> transformers' gelu_new (ALBERT's FFN activation) becomes one matmul
+    call with the bias and the GELU fused, and matches PyTorch."""
+    import math
+
+    class FFN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Linear(24, 70)
+            self.down = torch.nn.Linear(70, 24)
+
+        def forward(self, x):
+            h = self.up(x)
+            h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                            * (h + 0.044715 * torch.pow(h, 3.0))))
+            return self.down(h)
+
+    torch.manual_seed(0)
+    model = FFN().eval()
+    x = torch.randn(1, 33, 24)
+    with torch.no_grad():
+        want = model(x).numpy()
+    mod = kt.from_exported_program(torch.export.export(model, (x,)))
+    mod, counts = _dense.rewrite_dense(mod, num_threads=2)
+    assert counts.get("gelu_fused") == 1 and counts.get("matmul") == 2, counts
+    assert "tanh" not in mod.script(show_meta=False)
+    ex = tvm.compile(kt.prepare(mod), target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -16,7 +16,11 @@
  *   A[b]: M x K rows of stride lda, at a + b * sa (sa 0: shared by every b);
  *   B[b]: K x N (trans_b 0) or N x K (trans_b 1) rows of stride ldb, at b + b * sb;
  *   bias: N values of stride sbias, or NULL;  C[b]: M x N, stride ldc, at c + b * sc.
+ * act: KL_ACT_NONE, or KL_ACT_GELU_TANH to apply
+ *   0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3))) to each result (bias included)
+ *   while its tile is in cache (ALBERT's gelu_new; tanh: the engine's vectorized one).
  * num_threads >= 1, or 0 for kl_get_num_threads(). */
+enum { KL_ACT_NONE = 0, KL_ACT_GELU_TANH = 1 };
 typedef struct kl_matmul_args {
   int64_t batch, M, N, K;
   const float* a;
@@ -28,6 +32,7 @@ typedef struct kl_matmul_args {
   int64_t sbias;
   float* c;
   int64_t ldc, sc;
+  int act;
   int num_threads;
 } kl_matmul_args;
 

@@ -1,8 +1,9 @@
 /* tvm-ffi glue of the dense operators (src/ops/dense.h): argument checks and
  * DLTensor unpacking; destination-passing like kokoro_lstm.lstm_forward_v2.
  *
- * kokoro_lstm.matmul_v1(cfg: Shape(abi, trans_b, has_bias, num_threads),
+ * kokoro_lstm.matmul_v1(cfg: Shape(abi, trans_b, has_bias, num_threads[, act]),
  *                       A [..., M, K], B [..., K, N] | [..., N, K], [bias [N]], C [..., M, N])
+ *   act (absent: 0): 0 none, 1 GELU tanh form on the result (KL_ACT_GELU_TANH).
  *   numpy batch broadcasting where each operand's batch is C's or all ones; every
  *   matrix needs unit stride along its rows and batch dims that fold into one stride.
  *   bias: N values along its last dimension (any leading ones, any stride).
@@ -174,8 +175,13 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   char what[300];
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, 4, &cfg)) return -1;
+  const TVMFFIShapeCell* cell = nargs >= 1 ? as_shape(&args[0]) : NULL;
+  const int ncfg = cell && cell->size == 5 ? 5 : 4; /* act is optional */
+  if (check_cfg(fn, args, nargs, ncfg, &cfg)) return -1;
   const int trans_b = cfg[1] != 0, has_bias = cfg[2] != 0;
+  const int64_t act = ncfg == 5 ? cfg[4] : 0;
+  if (act != KL_ACT_NONE && act != KL_ACT_GELU_TANH)
+    return errf("ValueError", fn, "unknown activation in the config");
   if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
   view A, B, C, bias;
   if (get_view(fn, &args[1], "A", &A) || get_view(fn, &args[2], "B", &B) ||
@@ -227,6 +233,7 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
     m.bias = bias.data;
     m.sbias = bias.strides[bias.ndim - 1];
   }
+  m.act = (int)act;
   m.num_threads = cfg[3] > 0 ? (int)cfg[3] : 0;
   const kl_status s = kl_f32_matmul(&m);
   return s == KL_OK ? 0 : status_err(fn, s);
