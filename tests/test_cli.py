@@ -649,6 +649,9 @@ def test_bert_end_to_end(tmp_path):
     r = _report(tmp_path, "bert")
     assert r["bert_seq_len"] == 8 and r["static_length"] == 8 and r["seq_len"] == 4
     assert r["dense_method"] == "native" and r["dense_calls"]["kokoro_lstm.matmul_v1"] > 0
+    # every layer's attention fused (padding masked: 4 of 8 keys), GELU in the FFN matmul
+    assert r["dense_calls"].get("kokoro_lstm.attention_v1", 0) > 0
+    assert "kokoro_lstm.softmax_v1" not in r["dense_calls"]
     assert r["runtime_needs"]["engine_linked"]
     assert [i["shape"] for i in r["inputs"]] == [[1, 8], [1, 8]]
     assert [o["shape"] for o in r["outputs"]] == [[1, 512, 8]]
