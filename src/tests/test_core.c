@@ -1546,6 +1546,23 @@ static void test_dense_matmul(void) {
             !memcmp(C[0], C[2], sizeof(float) * (size_t)(M * N)),
         "[dense] matmul 530x37 @ (1100x37)^T: %s, max abs err %.2g, threads 1/2/3 bitwise equal",
         kl_status_str(s), err);
+  /* the GELU epilogue: gelu of the plain product (C[0]), within 1e-5 */
+  for (int t = 1; t < 3 && s == KL_OK; t++) {
+    kl_matmul_args m;
+    memset(&m, 0, sizeof(m));
+    m.batch = 1, m.M = M, m.N = N, m.K = K, m.a = A, m.lda = K, m.b = B, m.ldb = K, m.trans_b = 1;
+    m.c = C[t], m.ldc = N, m.num_threads = t, m.act = KL_ACT_GELU_TANH;
+    s = kl_f32_matmul(&m);
+  }
+  err = 0;
+  for (int64_t i = 0; i < M * N && s == KL_OK; i++) {
+    const double x = C[0][i];
+    const double g = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    err = fmax(err, fabs(g - C[1][i]));
+  }
+  check(s == KL_OK && err < 1e-5 && !memcmp(C[1], C[2], sizeof(float) * (size_t)(M * N)),
+        "[dense] matmul with the GELU (tanh) epilogue: %s, max abs err %.2g, threads 1/2 bitwise "
+        "equal", kl_status_str(s), err);
 done:
   free(A);
   free(B);
