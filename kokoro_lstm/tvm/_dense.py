@@ -450,10 +450,16 @@ class _Rewriter:
                     break
             else:
                 return None
-        elif fix is None:
-            pass  # no mask, no fully-masked-row fix: the same numbers
+        # (no mask and no row fix: only inf inputs make a row all -inf, NaN there, zeros here)
         mm = bindings.get(self._peel(s4, bindings))
         if _op_name(mm) != "relax.matmul":
+            return None
+        # the products' own operands: [.., L, D] @ [.., D, S] and [.., L, S] @ [.., S, D], the
+        # batch folding into B * H (the peeled reshapes are then row-major views)
+        sq3, sk3 = _static_shape(mm.args[0]), _static_shape(mm.args[1])
+        if (sq3 is None or sk3 is None or sq3[-2:] != (L, D) or sk3[-2:] != (D, S)
+                or sp[-2:] != (L, S) or sv[-2:] != (S, D)
+                or any(math.prod(x[:-2]) != B * H for x in (sq3, sk3, sp, sv))):
             return None
         if fix is None and mask is not None:
             return None  # a mask without torch's row fix: rows all -inf would be NaN there
