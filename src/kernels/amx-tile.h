@@ -35,7 +35,38 @@ static inline void kl_amx_configure(int rows) {
   _tile_loadconfig(&cfg);
 }
 
-/* The pair tail [kfull, npair) of the four 16-column groups of a 64-column
+static inline void kl_amx_zero_acc(void) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
+/* C0..C3 += A (tmm4) x the four 16-column groups of a 64-column panel: group j
+ * starts at b + j*group_bytes, its pair rows lie stride bytes apart. */
+static inline void kl_amx_panel_product(const uint8_t* b, size_t group_bytes, size_t stride) {
+  _tile_loadd(5, b, stride);
+  _tile_dpbf16ps(0, 4, 5);
+  _tile_loadd(6, b + group_bytes, stride);
+  _tile_dpbf16ps(1, 4, 6);
+  _tile_loadd(5, b + 2 * group_bytes, stride);
+  _tile_dpbf16ps(2, 4, 5);
+  _tile_loadd(6, b + 3 * group_bytes, stride);
+  _tile_dpbf16ps(3, 4, 6);
+}
+
+/* C0..C3 to 64 float32 columns at c (row stride ldc floats), readable after. */
+static inline void kl_amx_store_acc(float* c, size_t ldc) {
+  _tile_stored(0, c, ldc * sizeof(float));
+  _tile_stored(1, c + 16, ldc * sizeof(float));
+  _tile_stored(2, c + 32, ldc * sizeof(float));
+  _tile_stored(3, c + 48, ldc * sizeof(float));
+  KL_MEMORY_BARRIER();
+}
+
+/* The panel's main part (pairs kb, kb+16, ...) is read in place: pair kp of
+ * group j at panel + (kp*4 + j)*32 bfloat16, so groups are 64 bytes apart and
+ * pair rows 256. The pair tail [kfull, npair) of the four 16-column groups of a 64-column
  * panel (pair kp of group j at panel + (kp*4 + j)*32), zero-padded to 16
  * pairs each: out[j*1024 bytes ...], read with a 64-byte stride. */
 static inline void kl_amx_panel_tail(const uint16_t* panel, size_t kfull, size_t npair,

@@ -21,22 +21,11 @@
 /* one row block (rows <= 16, as configured) of one 64-column panel */
 static void block(size_t Kp, const uint32_t* A, const uint16_t* wp, const uint8_t* btail,
                   int rows, float* C, size_t ldc) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  kl_amx_zero_acc();
   const size_t kfull = Kp / KL_AMX_KB * KL_AMX_KB;
   for (size_t kb = 0; kb < kfull; kb += KL_AMX_KB) {
     _tile_loadd(4, A + kb, Kp * sizeof(uint32_t));
-    const uint16_t* w = wp + kb * 128;
-    _tile_loadd(5, w, 256);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_loadd(6, w + 32, 256);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(5, w + 64, 256);
-    _tile_dpbf16ps(2, 4, 5);
-    _tile_loadd(6, w + 96, 256);
-    _tile_dpbf16ps(3, 4, 6);
+    kl_amx_panel_product((const uint8_t*)(wp + kb * 128), 64, 256);
   }
   if (kfull < Kp) {
     uint32_t at[16 * KL_AMX_KB];
@@ -45,20 +34,9 @@ static void block(size_t Kp, const uint32_t* A, const uint16_t* wp, const uint8_
       memcpy(at + (size_t)r * KL_AMX_KB, A + (size_t)r * Kp + kfull, (Kp - kfull) * sizeof(uint32_t));
     KL_MEMORY_BARRIER();
     _tile_loadd(4, at, KL_AMX_KB * sizeof(uint32_t));
-    _tile_loadd(5, btail, 64);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_loadd(6, btail + 1024, 64);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(5, btail + 2048, 64);
-    _tile_dpbf16ps(2, 4, 5);
-    _tile_loadd(6, btail + 3072, 64);
-    _tile_dpbf16ps(3, 4, 6);
+    kl_amx_panel_product(btail, 1024, 64);
   }
-  _tile_stored(0, C, ldc * sizeof(float));
-  _tile_stored(1, C + 16, ldc * sizeof(float));
-  _tile_stored(2, C + 32, ldc * sizeof(float));
-  _tile_stored(3, C + 48, ldc * sizeof(float));
-  KL_MEMORY_BARRIER(); /* C is read after this */
+  kl_amx_store_acc(C, ldc);
 }
 
 void kl_bf16_gemm_ukernel__amx(size_t M, size_t N, size_t Kp, const uint32_t* A,

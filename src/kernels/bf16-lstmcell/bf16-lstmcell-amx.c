@@ -38,39 +38,17 @@ void kl_bf16_lstmcell_ukernel__amx(size_t R, size_t Hp, size_t blk0, size_t blk1
     kl_amx_configure((int)n);
     for (size_t blk = blk0; blk < blk1; blk++) {
       const uint16_t* wp = (const uint16_t*)w + blk * npair * 128;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      kl_amx_zero_acc();
       for (size_t kb = 0; kb < kfull; kb += KL_AMX_KB) {
         _tile_loadd(4, hb + kb, ld * sizeof(uint32_t));
-        const uint16_t* wk = wp + kb * 128;
-        _tile_loadd(5, wk, 256);
-        _tile_dpbf16ps(0, 4, 5);
-        _tile_loadd(6, wk + 32, 256);
-        _tile_dpbf16ps(1, 4, 6);
-        _tile_loadd(5, wk + 64, 256);
-        _tile_dpbf16ps(2, 4, 5);
-        _tile_loadd(6, wk + 96, 256);
-        _tile_dpbf16ps(3, 4, 6);
+        kl_amx_panel_product((const uint8_t*)(wp + kb * 128), 64, 256);
       }
       if (kfull < npair) { /* h rows are zero past npair; the panel's tail is copied */
         kl_amx_panel_tail(wp, kfull, npair, btail);
         _tile_loadd(4, hb + kfull, ld * sizeof(uint32_t));
-        _tile_loadd(5, btail, 64);
-        _tile_dpbf16ps(0, 4, 5);
-        _tile_loadd(6, btail + 1024, 64);
-        _tile_dpbf16ps(1, 4, 6);
-        _tile_loadd(5, btail + 2048, 64);
-        _tile_dpbf16ps(2, 4, 5);
-        _tile_loadd(6, btail + 3072, 64);
-        _tile_dpbf16ps(3, 4, 6);
+        kl_amx_panel_product(btail, 1024, 64);
       }
-      _tile_stored(0, acc, 64 * sizeof(float));
-      _tile_stored(1, acc + 16, 64 * sizeof(float));
-      _tile_stored(2, acc + 32, 64 * sizeof(float));
-      _tile_stored(3, acc + 48, 64 * sizeof(float));
-      KL_MEMORY_BARRIER();
+      kl_amx_store_acc(acc, 64);
       for (size_t e = 0; e < n; e++) {
         const float* a = acc + e * 64;
         const __m512 g4[4] = {_mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32),
