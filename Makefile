@@ -99,11 +99,19 @@ test: venv ext
 	@rc=0; \
 	echo "== C core test (kl_build.py ctest)"; \
 	$(KLB) ctest $(KLB_ARGS) --run || rc=1; \
+	echo "== C core test, parallel jobs on libgomp's team (LD_PRELOAD=$(GOMP))"; \
+	if KL_TEST_POOL=openmp LD_PRELOAD=$(GOMP) $(KLB) ctest $(KLB_ARGS) --run \
+	     > build-c/ctest-openmp.log 2>&1; then tail -n 2 build-c/ctest-openmp.log; \
+	else tail -n 40 build-c/ctest-openmp.log; rc=1; fi; \
 	echo "== pytest -q tests (KOKORO_LSTM_REQUIRE=1)"; \
 	export KOKORO_LSTM_REQUIRE=1; \
 	$(VPY) -m pytest -q tests || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED"; else echo "make test: all passed"; fi; \
 	exit $$rc
+
+# GNU OpenMP, preloaded for the second C test run of `make test` (the engine runs its
+# parallel jobs on a loaded libgomp's team, as next to PyTorch)
+GOMP ?= $(shell $(CC) -print-file-name=libgomp.so.1)
 
 ctest: $(C_DEPS)
 	$(KLB) ctest $(KLB_ARGS) --run

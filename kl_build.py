@@ -74,7 +74,7 @@ ISA_FLAGS = {
             "-neonbf16.c": ["-march=armv8.2-a+bf16"]},
 }
 EXT_LINK_FLAGS = ["-pthread", "-ldl"]
-PROGRAM_LINK_FLAGS = ["-lm"]
+PROGRAM_LINK_FLAGS = ["-lm", "-ldl"]
 
 
 def werror():

@@ -242,7 +242,7 @@ def export_options() -> dict:
     # the linker would drop the libraries the engine object needs: keep them.
     keep = ["-Wl,--no-as-needed"] if sys.platform.startswith("linux") else []
     return {"addons": [obj],
-            "options": keep + list(_build_config.BLAS_LINK) + ["-lpthread", "-lm",
+            "options": keep + list(_build_config.BLAS_LINK) + ["-lpthread", "-ldl", "-lm",
                                                                "-Wl,-rpath,$ORIGIN"]}
 
 

@@ -2,10 +2,13 @@
  * caller is thread 0, a job is announced by bumping an atomic generation
  * counter; workers spin briefly for the next job, then sleep on a condvar.
  * One job at a time: concurrent callers are serialized by a mutex.
+ * One pool per process: when GNU OpenMP (libgomp, PyTorch's CPU runtime) is
+ * already loaded, a job runs on its team instead (see "OpenMP" below).
  * Linux-only calls (futex, affinity) are under KL_LINUX; elsewhere (macOS) the
  * barrier sleeps on a condition variable and workers are not pinned.
  * -DKL_FORCE_PORTABLE builds those paths on Linux (`make ctest-portable`). */
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -15,9 +18,10 @@
 #include <unistd.h>
 #if defined(__linux__) && !defined(KL_FORCE_PORTABLE)
 #define KL_LINUX 1
+#include <dlfcn.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
-
 #endif
 
 #include "internal.h"
@@ -146,8 +150,10 @@ static int ensure_workers(kl_pool* p, int n) {
  * lock, so no job is half-announced when the process is copied. */
 static void atfork_prepare(void) { pthread_mutex_lock(&g_pool.job_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_pool.job_lock); }
+static void omp_after_fork(void);
 static void atfork_child(void) {
   kl_pool* p = &g_pool;
+  omp_after_fork();
   pthread_mutex_init(&p->lock, NULL);
   pthread_cond_init(&p->wake, NULL);
   atomic_store(&p->sleepers, 0);
@@ -157,6 +163,141 @@ static void atfork_child(void) {
 }
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 static void install_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+/* at load, so that a child forked before our first parallel call knows it */
+__attribute__((constructor)) static void pool_at_load(void) {
+  pthread_once(&g_atfork_once, install_atfork);
+}
+
+/* ---- OpenMP: the process's other pool ----
+ * PyTorch runs its parallel ops on libgomp's team, whose threads spin-wait for
+ * milliseconds after each op. Our own workers started right after one compete
+ * with them for the cores: measured on the 2-vCPU machine, a 2-thread T=256 call
+ * right after a torch conv took 1.38x its time alone. So when libgomp is
+ * already loaded (never loaded by us), a job runs as a parallel region of that
+ * team: the threads that were spinning for torch's next op run ours, and no
+ * second set of threads exists. Same partition, same results bit for bit.
+ * Not used: in a forked child (libgomp's team does not survive fork), inside a
+ * parallel region, when the team comes out smaller than the job (the job then
+ * runs on our pool), or with KOKORO_LSTM_POOL=own. */
+#ifdef KL_LINUX
+typedef void (*gomp_parallel_fn)(void (*)(void*), void*, unsigned, unsigned);
+typedef int (*omp_query_fn)(void);
+static struct {
+  int state; /* 0: not looked for, 1: found, -1: not found yet, -2: never (env, fork) */
+  unsigned long long adds; /* loader's object count when last looked */
+  gomp_parallel_fn parallel;
+  omp_query_fn thread_num, num_threads, max_threads, in_parallel;
+  char path[256];
+} g_omp;
+static pthread_mutex_t g_omp_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_long g_jobs_own, g_jobs_omp;
+
+typedef struct { unsigned long long adds; int first; char path[256]; } omp_scan;
+
+static int find_gomp(struct dl_phdr_info* info, size_t size, void* arg) {
+  omp_scan* s = arg;
+  if (s->first) { /* the loader's counters: unchanged since the last scan -> stop */
+    s->first = 0;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
+      s->adds = info->dlpi_adds;
+    if (s->adds != 0 && s->adds == g_omp.adds) return 1;
+  }
+  const char* name = info->dlpi_name ? info->dlpi_name : "";
+  const char* base = strrchr(name, '/');
+  base = base ? base + 1 : name;
+  if (strncmp(base, "libgomp", 7) != 0 || strlen(name) >= sizeof(s->path)) return 0;
+  strcpy(s->path, name);
+  return 1;
+}
+
+/* Looks for a loaded libgomp when the set of loaded objects has changed. */
+static void omp_lookup(void) {
+  pthread_mutex_lock(&g_omp_lock);
+  if (g_omp.state == 0) {
+    const char* env = getenv("KOKORO_LSTM_POOL");
+    __atomic_store_n(&g_omp.state, env && strcmp(env, "own") == 0 ? -2 : -1, __ATOMIC_RELEASE);
+  }
+  if (g_omp.state == -1) {
+    omp_scan s = {0, 1, ""};
+    dl_iterate_phdr(find_gomp, &s);
+    g_omp.adds = s.adds;
+    void* h = s.path[0] ? dlopen(s.path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD) : NULL;
+    if (h) { /* the reference taken here keeps it loaded for the process */
+      g_omp.parallel = (gomp_parallel_fn)dlsym(h, "GOMP_parallel");
+      g_omp.thread_num = (omp_query_fn)dlsym(h, "omp_get_thread_num");
+      g_omp.num_threads = (omp_query_fn)dlsym(h, "omp_get_num_threads");
+      g_omp.max_threads = (omp_query_fn)dlsym(h, "omp_get_max_threads");
+      g_omp.in_parallel = (omp_query_fn)dlsym(h, "omp_in_parallel");
+      if (g_omp.parallel && g_omp.thread_num && g_omp.num_threads && g_omp.max_threads &&
+          g_omp.in_parallel) {
+        strcpy(g_omp.path, s.path);
+        __atomic_store_n(&g_omp.state, 1, __ATOMIC_RELEASE);
+      } else {
+        dlclose(h);
+        __atomic_store_n(&g_omp.state, -2, __ATOMIC_RELEASE); /* no GOMP 4.0 entry points */
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_omp_lock);
+}
+
+typedef struct {
+  kl_task_fn fn;
+  void* ctx;
+  int nth;
+  int ran; /* written by team thread 0 */
+} omp_job;
+
+static void omp_region(void* arg) {
+  omp_job* j = arg;
+  const int n = g_omp.num_threads(), i = g_omp.thread_num();
+  if (n < j->nth) return; /* every member sees the same n: none runs a part */
+  if (i < j->nth) j->fn(j->ctx, i, j->nth);
+  if (i == 0) j->ran = 1;
+}
+
+/* Runs the job on libgomp's team; 0 if it did not (then nothing of it ran). */
+static int omp_run(int nth, kl_task_fn fn, void* ctx) {
+  int state = __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE);
+  if (state == 0 || state == -1) {
+    omp_lookup();
+    state = __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE);
+  }
+  if (state != 1 || g_omp.in_parallel()) return 0;
+  /* the whole team (torch's thread count) when larger: libgomp ends the
+   * threads a smaller team leaves out, and torch's next op would start them again */
+  const int max = g_omp.max_threads();
+  omp_job j = {fn, ctx, nth, 0};
+  g_omp.parallel(omp_region, &j, (unsigned)(max > nth ? max : nth), 0);
+  return j.ran;
+}
+
+static void omp_after_fork(void) {
+  __atomic_store_n(&g_omp.state, -2, __ATOMIC_RELEASE);
+  pthread_mutex_init(&g_omp_lock, NULL);
+}
+#else
+static void omp_after_fork(void) {}
+#endif
+
+const char* kl_pool_openmp(void) {
+#ifdef KL_LINUX
+  const int state = __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE);
+  if (state == 0 || state == -1) omp_lookup();
+  return __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) == 1 ? g_omp.path : NULL;
+#else
+  return NULL;
+#endif
+}
+
+void kl_pool_jobs(long* own, long* openmp) {
+#ifdef KL_LINUX
+  *own = atomic_load(&g_jobs_own);
+  *openmp = atomic_load(&g_jobs_omp);
+#else
+  *own = *openmp = 0;
+#endif
+}
 
 kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   if (nth < 1) nth = 1;
@@ -167,7 +308,15 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   }
   pthread_once(&g_atfork_once, install_atfork);
   kl_pool* p = &g_pool;
-  pthread_mutex_lock(&p->job_lock);
+  pthread_mutex_lock(&p->job_lock); /* one job at a time, whichever threads run it */
+#ifdef KL_LINUX
+  if (omp_run(nth, fn, ctx)) {
+    atomic_fetch_add(&g_jobs_omp, 1);
+    pthread_mutex_unlock(&p->job_lock);
+    return KL_OK;
+  }
+  atomic_fetch_add(&g_jobs_own, 1);
+#endif
   if (!ensure_workers(p, nth - 1)) {
     pthread_mutex_unlock(&p->job_lock);
     return KL_ERR_THREAD;

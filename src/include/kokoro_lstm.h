@@ -198,6 +198,14 @@ void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
 int kl_get_num_threads(void);
 void kl_set_num_threads(int n);
 
+/* Which threads run parallel work: the path of the GNU OpenMP runtime
+ * (libgomp) whose team runs it, when the process had one loaded (e.g. by
+ * PyTorch) and KOKORO_LSTM_POOL is not "own"; NULL when the engine's own pool
+ * does (Linux only; elsewhere always NULL). kl_pool_jobs counts the parallel
+ * jobs each has run in this process. */
+const char* kl_pool_openmp(void);
+void kl_pool_jobs(long* own, long* openmp);
+
 /* 1 if an input with these element strides (feature stride 1) can be read in
  * place by kl_lstm_run, i.e. its (t, b) rows form one strided sequence with a
  * row stride >= input_size; 0 if it must be copied first. */

@@ -256,6 +256,16 @@ static PyObject* mod_set_pack_hook(PyObject* m, PyObject* fn) {
   Py_RETURN_NONE;
 }
 
+static PyObject* mod_pool_info(PyObject* m, PyObject* unused) {
+  (void)m;
+  (void)unused;
+  const char* omp = kl_pool_openmp();
+  long own, openmp;
+  kl_pool_jobs(&own, &openmp);
+  return Py_BuildValue("{s:s,s:z,s:l,s:l}", "pool", omp ? "openmp" : "own", "openmp", omp,
+                       "jobs_own", own, "jobs_openmp", openmp);
+}
+
 static PyObject* mod_get_num_threads(PyObject* m, PyObject* unused) {
   (void)m, (void)unused;
   return PyLong_FromLong(kl_get_num_threads());
@@ -445,6 +455,9 @@ static PyMethodDef module_methods[] = {
     {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},
     {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},
     {"get_num_threads", mod_get_num_threads, METH_NOARGS, "The engine's default thread count."},
+    {"pool_info", mod_pool_info, METH_NOARGS,
+     "Which threads run parallel calls: {'pool': 'openmp' or 'own', 'openmp': libgomp's path "
+     "or None, 'jobs_own', 'jobs_openmp': parallel jobs each has run}."},
     {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
     {"tvm_register", mod_tvm_register, METH_O, "Register the tvm-ffi functions with libtvm_ffi at path."},
     {NULL, NULL, 0, NULL}};

@@ -1680,6 +1680,20 @@ int main(void) {
   }
   kl_isa_set(best);
 
+  /* Which threads ran the parallel jobs (libgomp's team when it is loaded, e.g.
+   * with LD_PRELOAD: `make test` runs this program both ways).
+   * KL_TEST_POOL=openmp|own says which one must have. */
+  long jobs_own, jobs_omp;
+  kl_pool_jobs(&jobs_own, &jobs_omp);
+  const char* omp = kl_pool_openmp();
+  printf("parallel jobs: %ld on the own pool, %ld on OpenMP (%s)\n", jobs_own, jobs_omp,
+         omp ? omp : "not loaded");
+  const char* want = getenv("KL_TEST_POOL");
+  if (want && strcmp(want, "openmp") == 0)
+    check(omp && jobs_omp > 0 && jobs_own == 0, "KL_TEST_POOL=openmp: every job on libgomp's team");
+  else if (want && strcmp(want, "own") == 0)
+    check(!omp && jobs_own > 0 && jobs_omp == 0, "KL_TEST_POOL=own: every job on the own pool");
+
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed ? 1 : 0;
 }

@@ -1,0 +1,108 @@
+"""Which threads run a parallel call: the engine's own pool, or, when the process has
+GNU OpenMP loaded (PyTorch's CPU runtime), that runtime's team, so the two never
+compete for the cores. Either way the results are the same bit for bit. Each case
+runs in a fresh interpreter: the choice is made per process."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import require
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the OpenMP route is Linux-only")
+
+# A bidirectional call large enough to run on 2 threads; prints the output's bytes
+# (hex of a float64 sum is not enough: the whole array) and the pool counters.
+CALL = """
+import json, sys, numpy as np, kokoro_lstm
+from kokoro_lstm import _core
+def call():
+    rng = np.random.default_rng(0)
+    shapes = kokoro_lstm.LSTM(48, 32, bidirectional=True).state_dict()
+    lstm = kokoro_lstm.LSTM.from_state_dict(
+        {k: rng.uniform(-0.3, 0.3, v.shape).astype(np.float32) for k, v in shapes.items()},
+        num_threads=2)
+    x = rng.standard_normal((96, 1, 48), dtype=np.float32)
+    return lstm(x)[0]
+"""
+
+
+def _run(body, env=None, timeout=120):
+    code = textwrap.dedent(CALL) + textwrap.dedent(body)
+    full_env = {k: v for k, v in os.environ.items() if k != "KOKORO_LSTM_POOL"}
+    full_env.update(env or {})
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=full_env, timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+AFTER_TORCH = """
+import torch
+torch.set_num_threads(2)
+torch.nn.functional.conv1d(torch.randn(1, 64, 512), torch.randn(64, 64, 5))  # starts the team
+y = call()
+print(json.dumps(dict(_core.pool_info(), y=y.tobytes().hex())))
+"""
+
+
+def test_without_openmp_the_own_pool_runs():
+    out = _run("""
+    y = call()
+    print(json.dumps(dict(_core.pool_info(), y=y.tobytes().hex())))
+    """)
+    assert out["pool"] == "own" and out["openmp"] is None
+    assert out["jobs_own"] > 0 and out["jobs_openmp"] == 0
+
+
+def test_next_to_torch_the_openmp_team_runs_it_with_the_same_bits():
+    require("torch")
+    own = _run(AFTER_TORCH, env={"KOKORO_LSTM_POOL": "own"})
+    omp = _run(AFTER_TORCH)
+    assert own["pool"] == "own" and own["jobs_openmp"] == 0 and own["jobs_own"] > 0
+    assert omp["pool"] == "openmp" and "libgomp" in os.path.basename(omp["openmp"])
+    assert omp["jobs_openmp"] > 0 and omp["jobs_own"] == 0
+    assert omp["y"] == own["y"]
+
+
+def test_a_team_smaller_than_the_call_falls_back_to_the_own_pool():
+    """OMP_THREAD_LIMIT=1: libgomp gives a team of one, so nothing of the job runs
+    there and the whole job runs on the engine's pool."""
+    require("torch")
+    ref = _run(AFTER_TORCH, env={"KOKORO_LSTM_POOL": "own"})
+    out = _run(AFTER_TORCH, env={"OMP_THREAD_LIMIT": "1"})
+    assert out["pool"] == "openmp" and out["jobs_openmp"] == 0 and out["jobs_own"] > 0
+    assert out["y"] == ref["y"]
+
+
+def test_a_forked_child_uses_the_own_pool():
+    """libgomp's team does not survive fork (a parallel region in the child would wait
+    for threads that do not exist there): the child runs on the engine's pool."""
+    require("torch")
+    out = _run(AFTER_TORCH.replace("print(", "parent = dict(_core.pool_info(), y=y.tobytes().hex())\n#") + """
+import os, select
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        yc = call()
+        os.write(w, json.dumps(dict(_core.pool_info(), y=yc.tobytes().hex())).encode())
+    finally:
+        os._exit(0)
+os.close(w)
+ready, _, _ = select.select([r], [], [], 60)
+if not ready:
+    os.kill(pid, 9)
+    raise SystemExit("the forked child deadlocked")
+child = json.loads(os.read(r, 1 << 20).decode())
+os.waitpid(pid, 0)
+print(json.dumps(dict(parent=parent, child=child, again=call().tobytes().hex())))
+""")
+    assert out["parent"]["pool"] == "openmp" and out["parent"]["jobs_openmp"] > 0
+    assert out["child"]["pool"] == "own" and out["child"]["jobs_own"] > 0
+    assert out["child"]["y"] == out["parent"]["y"] == out["again"]
+
