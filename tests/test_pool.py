@@ -106,3 +106,46 @@ print(json.dumps(dict(parent=parent, child=child, again=call().tobytes().hex()))
     assert out["child"]["pool"] == "own" and out["child"]["jobs_own"] > 0
     assert out["child"]["y"] == out["parent"]["y"] == out["again"]
 
+
+
+# A native-lowered TVM module: the engine is called by TVM's VM (a tvm-ffi function),
+# so its parallel work runs on TVM's own pool, the one the module's loops run on.
+IN_TVM = """
+import torch, tvm
+from tvm import relax
+import kokoro_lstm.tvm as kt
+kokoro_lstm.set_num_threads(2)
+torch.manual_seed(0)
+m = torch.nn.LSTM(48, 32, bidirectional=True).eval()
+x = torch.randn(96, 1, 48)
+mod = kt.from_exported_program(torch.export.export(m, (x,)), lstm_method="native")
+vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+before = _core.pool_info()
+y = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+after = _core.pool_info()
+with torch.no_grad():
+    err = float((torch.from_numpy(y) - m(x)[0]).abs().max())
+print(json.dumps({k: after[k] - before[k] for k in ("jobs_own", "jobs_openmp", "jobs_tvm")}
+                 | {"y": y.tobytes().hex(), "err": err}))
+"""
+
+
+def test_called_by_tvm_the_tvm_pool_runs_it_with_the_same_bits():
+    require("torch")
+    require("tvm")
+    own = _run(IN_TVM, env={"KOKORO_LSTM_POOL": "own", "TVM_NUM_THREADS": "2"}, timeout=300)
+    out = _run(IN_TVM, env={"TVM_NUM_THREADS": "2"}, timeout=300)
+    assert own["jobs_tvm"] == 0 and own["jobs_openmp"] == 0 and own["jobs_own"] > 0
+    assert out["jobs_tvm"] > 0 and out["jobs_own"] == 0 and out["jobs_openmp"] == 0
+    assert out["y"] == own["y"] and out["err"] < 1e-5
+
+
+def test_a_tvm_pool_smaller_than_the_call_is_not_used():
+    """TVM_NUM_THREADS=1 < the call's 2 threads: no task of the job runs on TVM's pool;
+    the job runs where an ordinary call would (libgomp's team: torch is loaded)."""
+    require("torch")
+    require("tvm")
+    ref = _run(IN_TVM, env={"KOKORO_LSTM_POOL": "own", "TVM_NUM_THREADS": "2"}, timeout=300)
+    out = _run(IN_TVM, env={"TVM_NUM_THREADS": "1"}, timeout=300)
+    assert out["jobs_tvm"] == 0 and out["jobs_openmp"] > 0
+    assert out["y"] == ref["y"]

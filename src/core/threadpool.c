@@ -182,17 +182,23 @@ __attribute__((constructor)) static void pool_at_load(void) {
 #ifdef KL_LINUX
 typedef void (*gomp_parallel_fn)(void (*)(void*), void*, unsigned, unsigned);
 typedef int (*omp_query_fn)(void);
+/* TVM's runtime (c_backend_api.h): the pool its compiled parallel loops run on */
+typedef struct { void* sync_handle; int32_t num_task; } tvm_group_env;
+typedef int (*tvm_lambda_fn)(int task_id, tvm_group_env* penv, void* cdata);
+typedef int (*tvm_launch_fn)(tvm_lambda_fn flambda, void* cdata, int num_task);
 static struct {
   int state; /* 0: not looked for, 1: found, -1: not found yet, -2: never (env, fork) */
   unsigned long long adds; /* loader's object count when last looked */
   gomp_parallel_fn parallel;
   omp_query_fn thread_num, num_threads, max_threads, in_parallel;
   char path[256];
+  tvm_launch_fn tvm_launch; /* once found, kept */
 } g_omp;
 static pthread_mutex_t g_omp_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_long g_jobs_own, g_jobs_omp;
+static atomic_long g_jobs_own, g_jobs_omp, g_jobs_tvm;
+static _Thread_local int g_caller; /* kl_pool_set_caller */
 
-typedef struct { unsigned long long adds; int first; char path[256]; } omp_scan;
+typedef struct { unsigned long long adds; int first; char path[256], tvm[256]; } omp_scan;
 
 static int find_gomp(struct dl_phdr_info* info, size_t size, void* arg) {
   omp_scan* s = arg;
@@ -205,9 +211,11 @@ static int find_gomp(struct dl_phdr_info* info, size_t size, void* arg) {
   const char* name = info->dlpi_name ? info->dlpi_name : "";
   const char* base = strrchr(name, '/');
   base = base ? base + 1 : name;
-  if (strncmp(base, "libgomp", 7) != 0 || strlen(name) >= sizeof(s->path)) return 0;
-  strcpy(s->path, name);
-  return 1;
+  if (strlen(name) >= sizeof(s->path)) return 0;
+  if (!s->path[0] && strncmp(base, "libgomp", 7) == 0) strcpy(s->path, name);
+  if (!s->tvm[0] && (strncmp(base, "libtvm_runtime", 14) == 0 || strncmp(base, "libtvm.", 7) == 0))
+    strcpy(s->tvm, name);
+  return 0;
 }
 
 /* Looks for a loaded libgomp when the set of loaded objects has changed. */
@@ -217,11 +225,19 @@ static void omp_lookup(void) {
     const char* env = getenv("KOKORO_LSTM_POOL");
     __atomic_store_n(&g_omp.state, env && strcmp(env, "own") == 0 ? -2 : -1, __ATOMIC_RELEASE);
   }
-  if (g_omp.state == -1) {
-    omp_scan s = {0, 1, ""};
+  if (g_omp.state != -2 && (g_omp.state != 1 || !g_omp.tvm_launch)) {
+    omp_scan s = {0, 1, "", ""};
     dl_iterate_phdr(find_gomp, &s);
     g_omp.adds = s.adds;
-    void* h = s.path[0] ? dlopen(s.path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD) : NULL;
+    void* t = !g_omp.tvm_launch && s.tvm[0] ? dlopen(s.tvm, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)
+                                            : NULL;
+    if (t) { /* kept loaded, as libgomp below */
+      tvm_launch_fn launch = (tvm_launch_fn)dlsym(t, "TVMBackendParallelLaunch");
+      if (launch) __atomic_store_n(&g_omp.tvm_launch, launch, __ATOMIC_RELEASE);
+      else dlclose(t);
+    }
+    void* h = g_omp.state == -1 && s.path[0] ? dlopen(s.path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)
+                                              : NULL;
     if (h) { /* the reference taken here keeps it loaded for the process */
       g_omp.parallel = (gomp_parallel_fn)dlsym(h, "GOMP_parallel");
       g_omp.thread_num = (omp_query_fn)dlsym(h, "omp_get_thread_num");
@@ -272,11 +288,71 @@ static int omp_run(int nth, kl_task_fn fn, void* ctx) {
   return j.ran;
 }
 
+typedef struct {
+  kl_task_fn fn;
+  void* ctx;
+  int nth;
+  int ran; /* written by task 0 */
+} tvm_job;
+
+static int tvm_task(int task_id, tvm_group_env* penv, void* cdata) {
+  tvm_job* j = cdata;
+  if (penv->num_task < j->nth) return 0; /* every task sees the same count: none runs a part */
+  if (task_id < j->nth) j->fn(j->ctx, task_id, j->nth);
+  if (task_id == 0) j->ran = 1;
+  return 0;
+}
+
+/* Runs the job on the TVM runtime's pool (every worker it uses, each task on
+ * its own thread, the caller running task 0); 0 if it did not. */
+static int tvm_run(int nth, kl_task_fn fn, void* ctx) {
+  if (g_caller != KL_POOL_TVM) return 0;
+  tvm_launch_fn launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
+  if (!launch && __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) != -2) {
+    omp_lookup();
+    launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
+  }
+  if (!launch || __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) == -2) return 0;
+  tvm_job j = {fn, ctx, nth, 0};
+  if (launch(tvm_task, &j, 0) != 0) return 0; /* nothing ran: no task runs a part unless all do */
+  return j.ran;
+}
+
 static void omp_after_fork(void) {
   __atomic_store_n(&g_omp.state, -2, __ATOMIC_RELEASE);
   pthread_mutex_init(&g_omp_lock, NULL);
 }
 #else
+typedef struct {
+  kl_task_fn fn;
+  void* ctx;
+  int nth;
+  int ran; /* written by task 0 */
+} tvm_job;
+
+static int tvm_task(int task_id, tvm_group_env* penv, void* cdata) {
+  tvm_job* j = cdata;
+  if (penv->num_task < j->nth) return 0; /* every task sees the same count: none runs a part */
+  if (task_id < j->nth) j->fn(j->ctx, task_id, j->nth);
+  if (task_id == 0) j->ran = 1;
+  return 0;
+}
+
+/* Runs the job on the TVM runtime's pool (every worker it uses, each task on
+ * its own thread, the caller running task 0); 0 if it did not. */
+static int tvm_run(int nth, kl_task_fn fn, void* ctx) {
+  if (g_caller != KL_POOL_TVM) return 0;
+  tvm_launch_fn launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
+  if (!launch && __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) != -2) {
+    omp_lookup();
+    launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
+  }
+  if (!launch || __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) == -2) return 0;
+  tvm_job j = {fn, ctx, nth, 0};
+  if (launch(tvm_task, &j, 0) != 0) return 0; /* nothing ran: no task runs a part unless all do */
+  return j.ran;
+}
+
 static void omp_after_fork(void) {}
 #endif
 
@@ -290,12 +366,24 @@ const char* kl_pool_openmp(void) {
 #endif
 }
 
-void kl_pool_jobs(long* own, long* openmp) {
+void kl_pool_jobs(long* own, long* openmp, long* tvm) {
 #ifdef KL_LINUX
   *own = atomic_load(&g_jobs_own);
   *openmp = atomic_load(&g_jobs_omp);
+  *tvm = atomic_load(&g_jobs_tvm);
 #else
-  *own = *openmp = 0;
+  *own = *openmp = *tvm = 0;
+#endif
+}
+
+int kl_pool_set_caller(int caller) {
+#ifdef KL_LINUX
+  const int prev = g_caller;
+  g_caller = caller;
+  return prev;
+#else
+  (void)caller;
+  return KL_POOL_AUTO;
 #endif
 }
 
@@ -310,6 +398,11 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   kl_pool* p = &g_pool;
   pthread_mutex_lock(&p->job_lock); /* one job at a time, whichever threads run it */
 #ifdef KL_LINUX
+  if (tvm_run(nth, fn, ctx)) {
+    atomic_fetch_add(&g_jobs_tvm, 1);
+    pthread_mutex_unlock(&p->job_lock);
+    return KL_OK;
+  }
   if (omp_run(nth, fn, ctx)) {
     atomic_fetch_add(&g_jobs_omp, 1);
     pthread_mutex_unlock(&p->job_lock);

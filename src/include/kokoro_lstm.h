@@ -198,13 +198,20 @@ void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
 int kl_get_num_threads(void);
 void kl_set_num_threads(int n);
 
-/* Which threads run parallel work: the path of the GNU OpenMP runtime
- * (libgomp) whose team runs it, when the process had one loaded (e.g. by
- * PyTorch) and KOKORO_LSTM_POOL is not "own"; NULL when the engine's own pool
- * does (Linux only; elsewhere always NULL). kl_pool_jobs counts the parallel
- * jobs each has run in this process. */
+/* Which threads run parallel work (Linux; elsewhere always the own pool).
+ * Calls made on a thread marked KL_POOL_TVM (the tvm-ffi functions mark theirs
+ * for the duration of the call) run on the TVM runtime's pool when
+ * libtvm_runtime is loaded and uses at least the call's thread count; other
+ * calls run on GNU OpenMP's team when libgomp is loaded (e.g. by PyTorch);
+ * else, and with KOKORO_LSTM_POOL=own or in a forked child, on the engine's own
+ * pool. kl_pool_openmp: libgomp's path, or NULL when it is not used.
+ * kl_pool_jobs: the parallel jobs each pool has run in this process.
+ * kl_pool_set_caller: marks this thread's calls, returns the previous mark. */
+#define KL_POOL_AUTO 0
+#define KL_POOL_TVM 1
 const char* kl_pool_openmp(void);
-void kl_pool_jobs(long* own, long* openmp);
+void kl_pool_jobs(long* own, long* openmp, long* tvm);
+int kl_pool_set_caller(int caller);
 
 /* 1 if an input with these element strides (feature stride 1) can be read in
  * place by kl_lstm_run, i.e. its (t, b) rows form one strided sequence with a

@@ -260,10 +260,10 @@ static PyObject* mod_pool_info(PyObject* m, PyObject* unused) {
   (void)m;
   (void)unused;
   const char* omp = kl_pool_openmp();
-  long own, openmp;
-  kl_pool_jobs(&own, &openmp);
-  return Py_BuildValue("{s:s,s:z,s:l,s:l}", "pool", omp ? "openmp" : "own", "openmp", omp,
-                       "jobs_own", own, "jobs_openmp", openmp);
+  long own, openmp, tvm;
+  kl_pool_jobs(&own, &openmp, &tvm);
+  return Py_BuildValue("{s:s,s:z,s:l,s:l,s:l}", "pool", omp ? "openmp" : "own", "openmp", omp,
+                       "jobs_own", own, "jobs_openmp", openmp, "jobs_tvm", tvm);
 }
 
 static PyObject* mod_get_num_threads(PyObject* m, PyObject* unused) {
@@ -456,8 +456,9 @@ static PyMethodDef module_methods[] = {
     {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},
     {"get_num_threads", mod_get_num_threads, METH_NOARGS, "The engine's default thread count."},
     {"pool_info", mod_pool_info, METH_NOARGS,
-     "Which threads run parallel calls: {'pool': 'openmp' or 'own', 'openmp': libgomp's path "
-     "or None, 'jobs_own', 'jobs_openmp': parallel jobs each has run}."},
+     "Which threads run parallel calls: {'pool': 'openmp' or 'own' (calls not made by TVM), "
+     "'openmp': libgomp's path or None, 'jobs_own', 'jobs_openmp', 'jobs_tvm': parallel jobs "
+     "each pool has run}."},
     {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
     {"tvm_register", mod_tvm_register, METH_O, "Register the tvm-ffi functions with libtvm_ffi at path."},
     {NULL, NULL, 0, NULL}};

@@ -1683,8 +1683,8 @@ int main(void) {
   /* Which threads ran the parallel jobs (libgomp's team when it is loaded, e.g.
    * with LD_PRELOAD: `make test` runs this program both ways).
    * KL_TEST_POOL=openmp|own says which one must have. */
-  long jobs_own, jobs_omp;
-  kl_pool_jobs(&jobs_own, &jobs_omp);
+  long jobs_own, jobs_omp, jobs_tvm;
+  kl_pool_jobs(&jobs_own, &jobs_omp, &jobs_tvm);
   const char* omp = kl_pool_openmp();
   printf("parallel jobs: %ld on the own pool, %ld on OpenMP (%s)\n", jobs_own, jobs_omp,
          omp ? omp : "not loaded");
