@@ -24,6 +24,20 @@
 #define KL_DENSE_NT_MAX 512
 #define KL_DENSE_EVEN_BELOW 8
 #define KL_DENSE_ALIGN 16
+/* With more threads than those tiles (bert's 512x768 products are 2 tiles, so
+ * 16 threads ran them on 2: the compiled bert at 512 tokens took 364 ms on 16
+ * threads of the 16-core Xeon, 375 on 2), tiles are split further, rows first
+ * (256x768 tiles ran ~3% faster than 512x384), down to KL_DENSE_MT_MIN rows and
+ * KL_DENSE_NT_MIN columns while a tile keeps KL_DENSE_TILE_MIN_MACS
+ * multiply-adds. The results stay those of the unsplit tiles bit for bit:
+ * OpenBLAS sums each element of C over K in the same order whatever the M/N
+ * extent of the call, except in its small-matrix kernels (<= 100^3 products on
+ * AVX-512), which tiles of this size never reach. Measured on both OpenBLAS
+ * builds (bert's shapes in 32x64 ... 256x384 tiles vs one call: equal; 16x16
+ * tiles: most elements differ); the C test and test_dense check it. */
+#define KL_DENSE_MT_MIN 64
+#define KL_DENSE_NT_MIN 128
+#define KL_DENSE_TILE_MIN_MACS (1 << 21)
 /* Below this many multiply-adds a call runs on the calling thread alone. */
 #define KL_DENSE_SERIAL_MACS (1 << 18)
 
@@ -42,8 +56,9 @@ typedef struct mm_job {
 
 static int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-/* Tile counts and sizes of j from its matrix shape (see KL_DENSE_MT_MAX). */
-static void mm_tiles(mm_job* j) {
+/* Tile counts and sizes of j from its matrix shape and, when there are more
+ * threads than those tiles, the thread count (see KL_DENSE_MT_MAX/MT_MIN). */
+static void mm_tiles(mm_job* j, int nth) {
   const kl_matmul_args* a = j->a;
   int64_t nm = (a->M + KL_DENSE_MT_MAX - 1) / KL_DENSE_MT_MAX;
   int64_t nn = (a->N + KL_DENSE_NT_MAX - 1) / KL_DENSE_NT_MAX;
@@ -52,6 +67,17 @@ static void mm_tiles(mm_job* j) {
   if (total % 2 == 1 && total < KL_DENSE_EVEN_BELOW && a->N >= 2 * KL_DENSE_ALIGN &&
       macs * (double)a->batch >= 2.0 * KL_DENSE_SERIAL_MACS)
     nn++;
+  while (a->batch * nm * nn < nth) {
+    const int64_t rows = cdiv(a->M, nm + 1), cols = cdiv(a->N, nn);
+    if (rows >= KL_DENSE_MT_MIN && (double)rows * (double)cols * (double)a->K >= KL_DENSE_TILE_MIN_MACS)
+      nm++;
+    else if (cdiv(a->N, nn + 1) >= KL_DENSE_NT_MIN &&
+             (double)cdiv(a->M, nm) * (double)cdiv(a->N, nn + 1) * (double)a->K >=
+                 KL_DENSE_TILE_MIN_MACS)
+      nn++;
+    else
+      break;
+  }
   j->msz = nm > 1 ? round_up((a->M + nm - 1) / nm, KL_DENSE_ALIGN) : a->M;
   j->nsz = nn > 1 ? round_up((a->N + nn - 1) / nn, KL_DENSE_ALIGN) : a->N;
   j->mt = (a->M + j->msz - 1) / j->msz;
@@ -133,11 +159,11 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   mm_job j;
   j.a = a;
   j.tanh = a->act == KL_ACT_GELU_TANH ? kl_select_vtanh() : NULL;
-  mm_tiles(&j);
-  atomic_init(&j.next, 0);
   const double macs = (double)a->batch * (double)a->M * (double)a->N * (double)(a->K + 1);
   int nth = resolve_threads(a->num_threads);
   if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  mm_tiles(&j, nth);
+  atomic_init(&j.next, 0);
   if (nth > j.ntasks) nth = (int)j.ntasks;
   return run_pool(nth, mm_task, &j);
 }

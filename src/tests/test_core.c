@@ -1569,6 +1569,38 @@ done:
   for (int i = 0; i < 3; i++) free(C[i]);
 }
 
+/* More threads than the shape's tiles: 256x512 (K = 256) is 2 tiles; 8 threads
+ * split them into 8 (rows first). Bitwise equal to 1 and 2 threads. */
+static void test_dense_matmul_split(void) {
+  const int64_t M = 256, N = 512, K = 256;
+  float* A = malloc(sizeof(float) * (size_t)(M * K));
+  float* B = malloc(sizeof(float) * (size_t)(K * N));
+  float* C[3];
+  for (int i = 0; i < 3; i++) C[i] = malloc(sizeof(float) * (size_t)(M * N));
+  kl_status s = KL_ERR_NOMEM;
+  if (A && B && C[0] && C[1] && C[2]) {
+    uint32_t st = 11;
+    for (int64_t i = 0; i < M * K; i++) A[i] = frand(&st);
+    for (int64_t i = 0; i < K * N; i++) B[i] = frand(&st);
+    const int threads[3] = {1, 2, 8};
+    s = KL_OK;
+    for (int t = 0; t < 3 && s == KL_OK; t++) {
+      kl_matmul_args m;
+      memset(&m, 0, sizeof(m));
+      m.batch = 1, m.M = M, m.N = N, m.K = K, m.a = A, m.lda = K, m.b = B, m.ldb = N;
+      m.c = C[t], m.ldc = N, m.num_threads = threads[t];
+      s = kl_f32_matmul(&m);
+    }
+  }
+  check(s == KL_OK && !memcmp(C[0], C[1], sizeof(float) * (size_t)(M * N)) &&
+            !memcmp(C[0], C[2], sizeof(float) * (size_t)(M * N)),
+        "[dense] matmul 256x512x256 split for 8 threads: %s, threads 1/2/8 bitwise equal",
+        kl_status_str(s));
+  free(A);
+  free(B);
+  for (int i = 0; i < 3; i++) free(C[i]);
+}
+
 /* kl_f32_attention ([B, L, H, D] layout, broadcast mask with a fully masked row)
  * against float64; num_threads 1, 2, 3 bitwise identical. */
 static void test_dense_attention(void) {
@@ -1652,6 +1684,7 @@ int main(void) {
   test_gate_args();
   test_kernel_lists();
   test_dense_matmul();
+  test_dense_matmul_split();
   test_dense_attention();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");
