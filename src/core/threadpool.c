@@ -257,20 +257,24 @@ static void omp_lookup(void) {
   pthread_mutex_unlock(&g_omp_lock);
 }
 
+/* A job on another runtime's threads: member i of n runs part i, or, when the
+ * runtime gave fewer threads than the job has parts, nothing (every member sees
+ * the same n, so no part runs unless all do; the caller then runs the job on
+ * the own pool). */
 typedef struct {
   kl_task_fn fn;
   void* ctx;
   int nth;
-  int ran; /* written by team thread 0 */
-} omp_job;
+  int ran; /* written by member 0 */
+} ext_job;
 
-static void omp_region(void* arg) {
-  omp_job* j = arg;
-  const int n = g_omp.num_threads(), i = g_omp.thread_num();
-  if (n < j->nth) return; /* every member sees the same n: none runs a part */
+static void ext_part(ext_job* j, int i, int n) {
+  if (n < j->nth) return;
   if (i < j->nth) j->fn(j->ctx, i, j->nth);
   if (i == 0) j->ran = 1;
 }
+
+static void omp_region(void* arg) { ext_part(arg, g_omp.thread_num(), g_omp.num_threads()); }
 
 /* Runs the job on libgomp's team; 0 if it did not (then nothing of it ran). */
 static int omp_run(int nth, kl_task_fn fn, void* ctx) {
@@ -283,23 +287,13 @@ static int omp_run(int nth, kl_task_fn fn, void* ctx) {
   /* the whole team (torch's thread count) when larger: libgomp ends the
    * threads a smaller team leaves out, and torch's next op would start them again */
   const int max = g_omp.max_threads();
-  omp_job j = {fn, ctx, nth, 0};
+  ext_job j = {fn, ctx, nth, 0};
   g_omp.parallel(omp_region, &j, (unsigned)(max > nth ? max : nth), 0);
   return j.ran;
 }
 
-typedef struct {
-  kl_task_fn fn;
-  void* ctx;
-  int nth;
-  int ran; /* written by task 0 */
-} tvm_job;
-
 static int tvm_task(int task_id, tvm_group_env* penv, void* cdata) {
-  tvm_job* j = cdata;
-  if (penv->num_task < j->nth) return 0; /* every task sees the same count: none runs a part */
-  if (task_id < j->nth) j->fn(j->ctx, task_id, j->nth);
-  if (task_id == 0) j->ran = 1;
+  ext_part(cdata, task_id, penv->num_task);
   return 0;
 }
 
@@ -313,9 +307,8 @@ static int tvm_run(int nth, kl_task_fn fn, void* ctx) {
     launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
   }
   if (!launch || __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) == -2) return 0;
-  tvm_job j = {fn, ctx, nth, 0};
-  if (launch(tvm_task, &j, 0) != 0) return 0; /* nothing ran: no task runs a part unless all do */
-  return j.ran;
+  ext_job j = {fn, ctx, nth, 0};
+  return launch(tvm_task, &j, 0) == 0 && j.ran;
 }
 
 static void omp_after_fork(void) {
@@ -323,36 +316,6 @@ static void omp_after_fork(void) {
   pthread_mutex_init(&g_omp_lock, NULL);
 }
 #else
-typedef struct {
-  kl_task_fn fn;
-  void* ctx;
-  int nth;
-  int ran; /* written by task 0 */
-} tvm_job;
-
-static int tvm_task(int task_id, tvm_group_env* penv, void* cdata) {
-  tvm_job* j = cdata;
-  if (penv->num_task < j->nth) return 0; /* every task sees the same count: none runs a part */
-  if (task_id < j->nth) j->fn(j->ctx, task_id, j->nth);
-  if (task_id == 0) j->ran = 1;
-  return 0;
-}
-
-/* Runs the job on the TVM runtime's pool (every worker it uses, each task on
- * its own thread, the caller running task 0); 0 if it did not. */
-static int tvm_run(int nth, kl_task_fn fn, void* ctx) {
-  if (g_caller != KL_POOL_TVM) return 0;
-  tvm_launch_fn launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
-  if (!launch && __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) != -2) {
-    omp_lookup();
-    launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
-  }
-  if (!launch || __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) == -2) return 0;
-  tvm_job j = {fn, ctx, nth, 0};
-  if (launch(tvm_task, &j, 0) != 0) return 0; /* nothing ran: no task runs a part unless all do */
-  return j.ran;
-}
-
 static void omp_after_fork(void) {}
 #endif
 
