@@ -24,20 +24,11 @@ import sys
 import tempfile
 import time
 
+from _machine import cpu_name
+
 SETTLE_S = 0.01
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def _loadavg():
@@ -129,7 +120,7 @@ def main(argv=None):
     import torch
     import tvm
 
-    out = {"machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "label": a.label},
+    out = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "label": a.label},
            "versions": {"torch": torch.__version__, "tvm": getattr(tvm, "__version__", "?")},
            "rows": rows}
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)

@@ -47,6 +47,8 @@ import tarfile
 import tempfile
 import time
 
+from _machine import cpu_name, isa_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 OWN_MODULES = {"KOKORO_LSTM_FORCE_OWN_MODULES": "1"}  # the same modules on both machines
@@ -362,7 +364,7 @@ def prepare(out, comps, lengths, period=4093, target="llvm", py_version="3.12", 
                                 "signs of its seeded random init's first `period` values, "
                                 "repeated (weight_norm folds to the same; compresses)",
                 "tvm_ffi_wheel": wheel, "libs": libs, "raw_bytes": raw,
-                "bundle_bytes": os.path.getsize(bundle), "cpu": _cpu(),
+                "bundle_bytes": os.path.getsize(bundle), "cpu": cpu_name(),
                 "prepare_s": round(time.time() - t_start, 1)}
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -453,8 +455,8 @@ def main(argv=None):
     outdir = a.out or os.path.join(ROOT, "benchmarks", "results")
     os.makedirs(outdir, exist_ok=True)
     path = os.path.join(outdir, f"encoder_procs_{a.label}.json")
-    out = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "label": a.label,
-                       "isa": _isa()},
+    out = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "label": a.label,
+                       "isa": isa_flags()},
            "trees": dict(trees), "rounds": a.rounds, "reps": a.reps, "rows": rows}
     with tempfile.TemporaryDirectory(prefix="bench-procs-") as tmp:
         if a.artifacts:
@@ -500,29 +502,6 @@ def main(argv=None):
         print(f"| {r['component']} | {r['length']} | {r['threads']} | {r['torch_ms']:.1f} | "
               f"{cells} | {r['loadavg_1min']:.1f} |")
     print(f"\nwritten {path}")
-
-
-def _isa():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = line.split(":", 1)[1].split()
-                    return sorted(x for x in flags if x.startswith(("avx512", "amx", "avx2")))
-    except OSError:
-        pass
-    return []
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 if __name__ == "__main__":

@@ -96,10 +96,13 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from _machine import cpu_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.abspath(__file__)
@@ -438,25 +441,8 @@ def bench(tokens, nth, a, files, tmp):
     }
 
 
-def _median(v):
-    v = sorted(v)
-    n = len(v)
-    return (v[n // 2] + v[(n - 1) // 2]) / 2.0
-
-
 def _ints(s):
     return [int(x) for x in s.replace(" ", "").split(",") if x]
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def _versions():
@@ -542,10 +528,10 @@ def main(argv=None):
                           row["ratio"], row["ratio_min"], row["inproc_ratio"],
                           row["inproc_ratio_min"], c["in_process"]["audio_max_abs"],
                           c["separate"]["audio_max_abs"],
-                          _median(row["minor_faults"]["sep_unpatched"]) / 1e3,
-                          _median(row["minor_faults"]["sep_patched"]) / 1e3, row["loadavg_1min"][1]),
+                          statistics.median(row["minor_faults"]["sep_unpatched"]) / 1e3,
+                          statistics.median(row["minor_faults"]["sep_patched"]) / 1e3, row["loadavg_1min"][1]),
                       flush=True)
-    out = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "usable_cores": usable,
+    out = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "usable_cores": usable,
                        "platform": platform.platform(), "label": a.label,
                        "kokoro_lstm": kokoro_lstm.build_info(), "versions": _versions()},
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv[1:],

@@ -42,6 +42,8 @@ import threadpoolctl
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from _machine import cpu_name
+
 import kokoro_lstm
 from kokoro_lstm import _core, reference
 
@@ -319,17 +321,6 @@ def bench_case(case: Case, n: int, warmup: int, repeat: int, settle_s: float) ->
 
 # ---- machine ---------------------------------------------------------------------------
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _caches() -> str:
     base = "/sys/devices/system/cpu/cpu0/cache"
     parts = []
@@ -349,7 +340,7 @@ def _caches() -> str:
 
 def machine_info() -> dict:
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_name("unknown"),
         "caches_per_cpu0": _caches(),
         "usable_cores": len(os.sched_getaffinity(0)),
         "logical_cpus": os.cpu_count(),

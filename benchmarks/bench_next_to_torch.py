@@ -32,7 +32,8 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
+
+from _machine import cpu_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 I, H = 640, 256
@@ -124,7 +125,7 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"next_to_torch_{a.label}.json")
     with open(path, "w") as f:
-        json.dump({"machine": {"cpu": platform.processor(), "cores": os.cpu_count(),
+        json.dump({"machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
                                "platform": platform.platform(), "python": platform.python_version(),
                                "load": os.getloadavg()},
                    "rounds": a.rounds, "settle_ms": a.settle_ms, "rows": rows}, f, indent=1)
