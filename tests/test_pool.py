@@ -32,7 +32,8 @@ def call():
 
 
 def _run(body, env=None, timeout=120):
-    code = textwrap.dedent(CALL) + textwrap.dedent(body)
+    code = f"TESTS = {os.path.dirname(os.path.abspath(__file__))!r}\n" + textwrap.dedent(CALL) + \
+        textwrap.dedent(body)
     full_env = {k: v for k, v in os.environ.items() if k != "KOKORO_LSTM_POOL"}
     full_env.update(env or {})
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -84,22 +85,12 @@ def test_a_forked_child_uses_the_own_pool():
     for threads that do not exist there): the child runs on the engine's pool."""
     require("torch")
     out = _run(AFTER_TORCH.replace("print(", "parent = dict(_core.pool_info(), y=y.tobytes().hex())\n#") + """
-import os, select
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    try:
-        yc = call()
-        os.write(w, json.dumps(dict(_core.pool_info(), y=yc.tobytes().hex())).encode())
-    finally:
-        os._exit(0)
-os.close(w)
-ready, _, _ = select.select([r], [], [], 60)
-if not ready:
-    os.kill(pid, 9)
-    raise SystemExit("the forked child deadlocked")
-child = json.loads(os.read(r, 1 << 20).decode())
-os.waitpid(pid, 0)
+sys.path.insert(0, TESTS)
+from _forking import run_in_fork
+def in_child():
+    y = call().tobytes().hex()
+    return json.dumps(dict(_core.pool_info(), y=y)).encode()
+child = json.loads(run_in_fork(in_child))
 print(json.dumps(dict(parent=parent, child=child, again=call().tobytes().hex())))
 """)
     assert out["parent"]["pool"] == "openmp" and out["parent"]["jobs_openmp"] > 0

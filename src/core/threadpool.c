@@ -150,10 +150,10 @@ static int ensure_workers(kl_pool* p, int n) {
  * lock, so no job is half-announced when the process is copied. */
 static void atfork_prepare(void) { pthread_mutex_lock(&g_pool.job_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_pool.job_lock); }
-static void omp_after_fork(void);
+static void ext_after_fork(void);
 static void atfork_child(void) {
   kl_pool* p = &g_pool;
-  omp_after_fork();
+  ext_after_fork();
   pthread_mutex_init(&p->lock, NULL);
   pthread_cond_init(&p->wake, NULL);
   atomic_store(&p->sleepers, 0);
@@ -168,7 +168,7 @@ __attribute__((constructor)) static void pool_at_load(void) {
   pthread_once(&g_atfork_once, install_atfork);
 }
 
-/* ---- OpenMP: the process's other pool ----
+/* ---- the process's other pools: libgomp's team, TVM's pool ----
  * PyTorch runs its parallel ops on libgomp's team, whose threads spin-wait for
  * milliseconds after each op. Our own workers started right after one compete
  * with them for the cores: measured on the 2-vCPU machine, a 2-thread T=256 call
@@ -178,7 +178,9 @@ __attribute__((constructor)) static void pool_at_load(void) {
  * second set of threads exists. Same partition, same results bit for bit.
  * Not used: in a forked child (libgomp's team does not survive fork), inside a
  * parallel region, when the team comes out smaller than the job (the job then
- * runs on our pool), or with KOKORO_LSTM_POOL=own. */
+ * runs on our pool), or with KOKORO_LSTM_POOL=own. Calls made by TVM (marked
+ * with kl_pool_set_caller) run on TVM's pool instead, under the same rules.
+ * g_ext holds what was found of both runtimes. */
 #ifdef KL_LINUX
 typedef void (*gomp_parallel_fn)(void (*)(void*), void*, unsigned, unsigned);
 typedef int (*omp_query_fn)(void);
@@ -187,26 +189,26 @@ typedef struct { void* sync_handle; int32_t num_task; } tvm_group_env;
 typedef int (*tvm_lambda_fn)(int task_id, tvm_group_env* penv, void* cdata);
 typedef int (*tvm_launch_fn)(tvm_lambda_fn flambda, void* cdata, int num_task);
 static struct {
-  int state; /* 0: not looked for, 1: found, -1: not found yet, -2: never (env, fork) */
+  int state; /* libgomp: 0 not looked for, 1 found, -1 not found yet, -2 never (env, fork) */
   unsigned long long adds; /* loader's object count when last looked */
   gomp_parallel_fn parallel;
   omp_query_fn thread_num, num_threads, max_threads, in_parallel;
   char path[256];
   tvm_launch_fn tvm_launch; /* once found, kept */
-} g_omp;
-static pthread_mutex_t g_omp_lock = PTHREAD_MUTEX_INITIALIZER;
+} g_ext;
+static pthread_mutex_t g_ext_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_long g_jobs_own, g_jobs_omp, g_jobs_tvm;
 static _Thread_local int g_caller; /* kl_pool_set_caller */
 
-typedef struct { unsigned long long adds; int first; char path[256], tvm[256]; } omp_scan;
+typedef struct { unsigned long long adds; int first; char path[256], tvm[256]; } ext_scan;
 
-static int find_gomp(struct dl_phdr_info* info, size_t size, void* arg) {
-  omp_scan* s = arg;
+static int find_runtimes(struct dl_phdr_info* info, size_t size, void* arg) {
+  ext_scan* s = arg;
   if (s->first) { /* the loader's counters: unchanged since the last scan -> stop */
     s->first = 0;
     if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
       s->adds = info->dlpi_adds;
-    if (s->adds != 0 && s->adds == g_omp.adds) return 1;
+    if (s->adds != 0 && s->adds == g_ext.adds) return 1;
   }
   const char* name = info->dlpi_name ? info->dlpi_name : "";
   const char* base = strrchr(name, '/');
@@ -218,43 +220,44 @@ static int find_gomp(struct dl_phdr_info* info, size_t size, void* arg) {
   return 0;
 }
 
-/* Looks for a loaded libgomp when the set of loaded objects has changed. */
-static void omp_lookup(void) {
-  pthread_mutex_lock(&g_omp_lock);
-  if (g_omp.state == 0) {
+/* Looks for a loaded libgomp and libtvm_runtime when the set of loaded objects
+ * has changed. */
+static void ext_lookup(void) {
+  pthread_mutex_lock(&g_ext_lock);
+  if (g_ext.state == 0) {
     const char* env = getenv("KOKORO_LSTM_POOL");
-    __atomic_store_n(&g_omp.state, env && strcmp(env, "own") == 0 ? -2 : -1, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_ext.state, env && strcmp(env, "own") == 0 ? -2 : -1, __ATOMIC_RELEASE);
   }
-  if (g_omp.state != -2 && (g_omp.state != 1 || !g_omp.tvm_launch)) {
-    omp_scan s = {0, 1, "", ""};
-    dl_iterate_phdr(find_gomp, &s);
-    g_omp.adds = s.adds;
-    void* t = !g_omp.tvm_launch && s.tvm[0] ? dlopen(s.tvm, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)
+  if (g_ext.state != -2 && (g_ext.state != 1 || !g_ext.tvm_launch)) {
+    ext_scan s = {0, 1, "", ""};
+    dl_iterate_phdr(find_runtimes, &s);
+    g_ext.adds = s.adds;
+    void* t = !g_ext.tvm_launch && s.tvm[0] ? dlopen(s.tvm, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)
                                             : NULL;
     if (t) { /* kept loaded, as libgomp below */
       tvm_launch_fn launch = (tvm_launch_fn)dlsym(t, "TVMBackendParallelLaunch");
-      if (launch) __atomic_store_n(&g_omp.tvm_launch, launch, __ATOMIC_RELEASE);
+      if (launch) __atomic_store_n(&g_ext.tvm_launch, launch, __ATOMIC_RELEASE);
       else dlclose(t);
     }
-    void* h = g_omp.state == -1 && s.path[0] ? dlopen(s.path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)
+    void* h = g_ext.state == -1 && s.path[0] ? dlopen(s.path, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)
                                               : NULL;
     if (h) { /* the reference taken here keeps it loaded for the process */
-      g_omp.parallel = (gomp_parallel_fn)dlsym(h, "GOMP_parallel");
-      g_omp.thread_num = (omp_query_fn)dlsym(h, "omp_get_thread_num");
-      g_omp.num_threads = (omp_query_fn)dlsym(h, "omp_get_num_threads");
-      g_omp.max_threads = (omp_query_fn)dlsym(h, "omp_get_max_threads");
-      g_omp.in_parallel = (omp_query_fn)dlsym(h, "omp_in_parallel");
-      if (g_omp.parallel && g_omp.thread_num && g_omp.num_threads && g_omp.max_threads &&
-          g_omp.in_parallel) {
-        strcpy(g_omp.path, s.path);
-        __atomic_store_n(&g_omp.state, 1, __ATOMIC_RELEASE);
+      g_ext.parallel = (gomp_parallel_fn)dlsym(h, "GOMP_parallel");
+      g_ext.thread_num = (omp_query_fn)dlsym(h, "omp_get_thread_num");
+      g_ext.num_threads = (omp_query_fn)dlsym(h, "omp_get_num_threads");
+      g_ext.max_threads = (omp_query_fn)dlsym(h, "omp_get_max_threads");
+      g_ext.in_parallel = (omp_query_fn)dlsym(h, "omp_in_parallel");
+      if (g_ext.parallel && g_ext.thread_num && g_ext.num_threads && g_ext.max_threads &&
+          g_ext.in_parallel) {
+        strcpy(g_ext.path, s.path);
+        __atomic_store_n(&g_ext.state, 1, __ATOMIC_RELEASE);
       } else {
         dlclose(h);
-        __atomic_store_n(&g_omp.state, -2, __ATOMIC_RELEASE); /* no GOMP 4.0 entry points */
+        __atomic_store_n(&g_ext.state, -2, __ATOMIC_RELEASE); /* no GOMP 4.0 entry points */
       }
     }
   }
-  pthread_mutex_unlock(&g_omp_lock);
+  pthread_mutex_unlock(&g_ext_lock);
 }
 
 /* A job on another runtime's threads: member i of n runs part i, or, when the
@@ -274,21 +277,21 @@ static void ext_part(ext_job* j, int i, int n) {
   if (i == 0) j->ran = 1;
 }
 
-static void omp_region(void* arg) { ext_part(arg, g_omp.thread_num(), g_omp.num_threads()); }
+static void omp_region(void* arg) { ext_part(arg, g_ext.thread_num(), g_ext.num_threads()); }
 
 /* Runs the job on libgomp's team; 0 if it did not (then nothing of it ran). */
 static int omp_run(int nth, kl_task_fn fn, void* ctx) {
-  int state = __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE);
+  int state = __atomic_load_n(&g_ext.state, __ATOMIC_ACQUIRE);
   if (state == 0 || state == -1) {
-    omp_lookup();
-    state = __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE);
+    ext_lookup();
+    state = __atomic_load_n(&g_ext.state, __ATOMIC_ACQUIRE);
   }
-  if (state != 1 || g_omp.in_parallel()) return 0;
+  if (state != 1 || g_ext.in_parallel()) return 0;
   /* the whole team (torch's thread count) when larger: libgomp ends the
    * threads a smaller team leaves out, and torch's next op would start them again */
-  const int max = g_omp.max_threads();
+  const int max = g_ext.max_threads();
   ext_job j = {fn, ctx, nth, 0};
-  g_omp.parallel(omp_region, &j, (unsigned)(max > nth ? max : nth), 0);
+  g_ext.parallel(omp_region, &j, (unsigned)(max > nth ? max : nth), 0);
   return j.ran;
 }
 
@@ -301,29 +304,29 @@ static int tvm_task(int task_id, tvm_group_env* penv, void* cdata) {
  * its own thread, the caller running task 0); 0 if it did not. */
 static int tvm_run(int nth, kl_task_fn fn, void* ctx) {
   if (g_caller != KL_POOL_TVM) return 0;
-  tvm_launch_fn launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
-  if (!launch && __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) != -2) {
-    omp_lookup();
-    launch = __atomic_load_n(&g_omp.tvm_launch, __ATOMIC_ACQUIRE);
+  tvm_launch_fn launch = __atomic_load_n(&g_ext.tvm_launch, __ATOMIC_ACQUIRE);
+  if (!launch && __atomic_load_n(&g_ext.state, __ATOMIC_ACQUIRE) != -2) {
+    ext_lookup();
+    launch = __atomic_load_n(&g_ext.tvm_launch, __ATOMIC_ACQUIRE);
   }
-  if (!launch || __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) == -2) return 0;
+  if (!launch || __atomic_load_n(&g_ext.state, __ATOMIC_ACQUIRE) == -2) return 0;
   ext_job j = {fn, ctx, nth, 0};
   return launch(tvm_task, &j, 0) == 0 && j.ran;
 }
 
-static void omp_after_fork(void) {
-  __atomic_store_n(&g_omp.state, -2, __ATOMIC_RELEASE);
-  pthread_mutex_init(&g_omp_lock, NULL);
+static void ext_after_fork(void) {
+  __atomic_store_n(&g_ext.state, -2, __ATOMIC_RELEASE);
+  pthread_mutex_init(&g_ext_lock, NULL);
 }
 #else
-static void omp_after_fork(void) {}
+static void ext_after_fork(void) {}
 #endif
 
 const char* kl_pool_openmp(void) {
 #ifdef KL_LINUX
-  const int state = __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE);
-  if (state == 0 || state == -1) omp_lookup();
-  return __atomic_load_n(&g_omp.state, __ATOMIC_ACQUIRE) == 1 ? g_omp.path : NULL;
+  const int state = __atomic_load_n(&g_ext.state, __ATOMIC_ACQUIRE);
+  if (state == 0 || state == -1) ext_lookup();
+  return __atomic_load_n(&g_ext.state, __ATOMIC_ACQUIRE) == 1 ? g_ext.path : NULL;
 #else
   return NULL;
 #endif
