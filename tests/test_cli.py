@@ -652,6 +652,9 @@ def test_bert_end_to_end(tmp_path):
     # every layer's attention fused (padding masked: 4 of 8 keys), GELU in the FFN matmul
     assert r["dense_calls"].get("kokoro_lstm.attention_v1", 0) > 0
     assert "kokoro_lstm.softmax_v1" not in r["dense_calls"]
+    # linears on weights packed at compile time; ALBERT's 12 layers share one set
+    packed = r["dense_packed_weights"]
+    assert 0 < packed["constants"] < packed["matmuls"] <= r["dense_calls"]["kokoro_lstm.matmul_v1"]
     assert r["runtime_needs"]["engine_linked"]
     assert [i["shape"] for i in r["inputs"]] == [[1, 8], [1, 8]]
     assert [o["shape"] for o in r["outputs"]] == [[1, 512, 8]]

@@ -70,6 +70,80 @@ def test_matmul_against_numpy(a_shape, b_shape, trans_b, nth):
     _close(C.numpy(), want)
 
 
+def _matmul_panels(A, W, C, bias=None, trans=True, act=0, nth=0, packed=None):
+    """matmul_v1 with B = op(W) packed in panels (config value b_panels = 1)."""
+    P = torch.from_numpy(_dense.pack_panels(W.numpy(), trans)) if packed is None else packed
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, int(trans), int(bias is not None), nth, act, 1])
+    args = [cfg, _t(A), _t(P)] + ([_t(bias)] if bias is not None else []) + [_t(C)]
+    _fn(_dense.MATMUL_FUNC)(*args)
+
+
+@pytest.mark.parametrize("a_shape,n,trans", [
+    ((1, 1), 1, True),
+    ((13, 7), 33, True),            # partial second panel; 12-row tile + 1
+    ((2, 25, 300), 64, False),      # batch over one B; K in two blocks of 256
+    ((1, 64, 770), 100, True),      # bert-like linear, K in four blocks, partial panel
+    ((255, 31), 31, True),          # one partial panel, many row tiles
+    ((6, 0), 5, True),              # K == 0: the bias (here none: zeros)
+])
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_matmul_panels_against_numpy(a_shape, n, trans, nth):
+    """B packed in panels at compile time (the f32-pgemm kernels), odd shapes."""
+    g = torch.Generator().manual_seed(3)
+    K = a_shape[-1]
+    A = torch.randn(*a_shape, generator=g)
+    W = torch.randn(*((n, K) if trans else (K, n)), generator=g)
+    want = np.matmul(A.double().numpy(), W.double().numpy().T if trans else W.double().numpy())
+    C = torch.full(want.shape, float("nan"))
+    _matmul_panels(A, W, C, trans=trans, nth=nth)
+    _close(C.numpy(), want)
+
+
+def test_matmul_panels_bias_gelu_and_threads_bitwise():
+    """A strided bias and the GELU epilogue on packed B; 1, 2, 3 threads give the
+    same bits (every element one fused multiply-add chain in k order), and so do
+    the vector and the scalar kernels (the product; GELU's tanh differs by ISA)."""
+    from kokoro_lstm import _core
+
+    g = torch.Generator().manual_seed(4)
+    A = torch.randn(1, 70, 300, generator=g)
+    W = torch.randn(90, 300, generator=g) * 0.1
+    bias_buf = torch.randn(180, generator=g)
+    bias = bias_buf[::2]
+    x = A.double().numpy() @ W.double().numpy().T + bias.double().numpy()
+    want = 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+    outs = []
+    for nth in (1, 2, 3):
+        C = torch.full((1, 70, 90), float("nan"))
+        _matmul_panels(A, W, C, bias=bias, act=1, nth=nth)
+        outs.append(C.numpy().copy())
+    _close(outs[0], want)
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    prods = []
+    prev = _core.get_isa()
+    try:
+        for isa in (prev, "scalar"):
+            _core.set_isa(isa)
+            C = torch.full((1, 70, 90), float("nan"))
+            _matmul_panels(A, W, C, bias=bias, nth=2)
+            prods.append(C.numpy().copy())
+    finally:
+        _core.set_isa(prev)
+    _close(prods[0], x)
+    assert np.array_equal(prods[0], prods[1])
+
+
+def test_matmul_panels_errors():
+    A, W, C = torch.ones(4, 40), torch.ones(70, 40), torch.zeros(4, 70)
+    with pytest.raises(ValueError, match=r"compact \[3, 40, 32\] tensor"):
+        _matmul_panels(A, W, C, packed=torch.ones(2, 40, 32))        # N = 70 needs 3 panels
+    with pytest.raises(ValueError, match=r"compact \[3, 40, 32\] tensor"):
+        _matmul_panels(A, W, C, packed=torch.ones(3, 40, 64)[:, :, :32])  # not compact
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, 0, 0, 0, 2])
+    with pytest.raises(ValueError, match="unknown B layout"):
+        _fn(_dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(C))
+
+
 def test_matmul_strided_views_and_bias():
     """Row strides (views into wider buffers), a strided bias, leading-ones bias."""
     g = torch.Generator().manual_seed(2)
@@ -236,6 +310,38 @@ def test_rewrite_linear_attention_and_conv():
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
 
+def test_rewrite_packs_constant_weights_once():
+    """Linears on one constant weight (ALBERT's layers share theirs) read it packed
+    in panels, packed once; a product of two computed tensors stays on OpenBLAS.
+    Results as TVM's own lowering."""
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((40, 300)).astype("float32")   # K = 300: two K blocks
+    B = rng.standard_normal((300, 33)).astype("float32")   # [K, N], a partial panel
+
+    def make(bb):
+        x = relax.Var("x", relax.TensorType((1, 13, 300), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                wt = bb.emit(relax.op.permute_dims(relax.const(W), [1, 0]))
+                c = relax.const(B)
+                h1 = bb.emit(relax.op.matmul(x, wt))                 # [1, 13, 40]
+                h2 = bb.emit(relax.op.matmul(x, wt))
+                h3 = bb.emit(relax.op.matmul(x, c))                  # [1, 13, 33]
+                g = bb.emit(relax.op.matmul(h1, relax.op.permute_dims(h2, [0, 2, 1])))
+                r = bb.emit(relax.op.add(relax.op.sum(g), relax.op.sum(h3)))
+                out = bb.emit_output(relax.op.reshape(r, (1,)))
+            bb.emit_func_output(out)
+
+    mod = _build(make)
+    rewritten, counts = kt.rewrite_dense(mod)
+    assert counts["matmul"] == 4 and counts["matmul_panels"] == 3
+    assert counts["panels_packed"] == 2  # W once for both linears, B once
+    x = rng.standard_normal((1, 13, 300)).astype("float32")
+    want, _, _ = _run(mod, [x], dense=False)
+    got, _, _ = _run(mod, [x], dense=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_rewrite_torch_sdpa_decomposition(masked):
     """torch.export's SDPA decomposition (q/k scaled, bool mask -> -inf, softmax, the
@@ -337,11 +443,11 @@ def test_num_threads_compiled_into_engine_calls():
             bb.emit_func_output(out)
 
     mod, counts = kt.rewrite_dense(_build(make), num_threads=3)
-    assert counts == {"matmul": 1, "lstm_threads": 1}
+    assert counts == {"matmul": 1, "matmul_panels": 1, "panels_packed": 1, "lstm_threads": 1}
     text = mod.script(show_meta=False)
     want = cfg[:10] + [3] + cfg[11:]
     assert f"R.shape([{', '.join(map(str, want))}])" in text, text
-    assert f"R.shape([{_dense.ABI_VERSION}, 0, 0, 3])" in text
+    assert f"R.shape([{_dense.ABI_VERSION}, 0, 0, 3, 0, 1])" in text
 
 
 # ----------------------------------------------------------------------------------

@@ -123,6 +123,14 @@ static void run_case(bcase* c) {
                                       (float*)io + M * K, N);
       break;
     }
+    case 7: { /* bert's 64 x 768 x 768 linear on one 32-column panel at a time, K in one block */
+      const size_t M = 64, N = 768, K = 768;
+      for (size_t p = 0; p < N / KL_PGEMM_NR; p++)
+        ((kl_f32_pgemm_ukernel_fn)c->fn)(M, KL_PGEMM_NR, K, (const float*)io, K,
+                                         (const float*)c->w + p * K * KL_PGEMM_NR, (const float*)io,
+                                         (float*)io + M * K + p * KL_PGEMM_NR, N);
+      break;
+    }
     case 5: {
       uint64_t acc[8] = {0};
       for (int r = 0; r < c->reps; r++) ((kl_fp_ukernel_fn)c->fn)(c->w, 1u << 20, acc);
@@ -235,6 +243,15 @@ int main(int argc, char** argv) {
     snprintf(c->what, sizeof(c->what), "16x2048x640, W in place");
     c->kind = 6, c->fn = (const void*)kl_f32_gemm_list[i].fn, c->wt = KL_W_F32, c->reps = 1;
     c->w = random_weights(KL_W_F32, 2048 * 640);
+  }
+  for (size_t i = 0; i < kl_f32_pgemm_count; i++) {
+    if (kl_f32_pgemm_list[i].arch & ~cpu) continue;
+    bcase* c = &cs[n++];
+    snprintf(c->list, sizeof(c->list), "f32-pgemm");
+    snprintf(c->name, sizeof(c->name), "%s", kl_f32_pgemm_list[i].name);
+    snprintf(c->what, sizeof(c->what), "64x768x768, B in panels");
+    c->kind = 7, c->fn = (const void*)kl_f32_pgemm_list[i].fn, c->wt = KL_W_F32, c->reps = 1;
+    c->w = random_weights(KL_W_F32, 768 * 768);
   }
   for (int i = 0; i < n; i++) run_case(&cs[i]); /* warm up */
   for (int r = 0; r < rounds; r++)

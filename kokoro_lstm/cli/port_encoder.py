@@ -504,8 +504,10 @@ def _port_method(comp, method, out_dir, opts, progress):
         mod = kt.from_exported_program(ep, lstm_method=resolved, target=target,
                                        unwrap_unit_return_tuple=False)
         mod = _rename_main(mod, comp.function)
+        rewrites = {}
         if dense == "native":
-            mod = kt.prepare(kt.rewrite_dense(mod, num_threads=opts["num_threads"] or 0)[0])
+            mod, rewrites = kt.rewrite_dense(mod, num_threads=opts["num_threads"] or 0)
+            mod = kt.prepare(mod)
     script = mod.script(show_meta=False)
     ir = kt.ir_size(mod)
     os.makedirs(out_dir, exist_ok=True)
@@ -543,6 +545,9 @@ def _port_method(comp, method, out_dir, opts, progress):
         "lstm_semantics": opts["semantics"],
         "dense_method": dense,
         "dense_calls": kt.count_dense_calls(script),
+        # products whose constant weight the lowering packed in panels at compile time
+        "dense_packed_weights": {"matmuls": rewrites.get("matmul_panels", 0),
+                                 "constants": rewrites.get("panels_packed", 0)},
         "algebra_cuts": {"applied": applied, "detail": cuts},
         "f0n_input": opts.get("f0n_input", "en") if name == "f0n" else None,
         "runtime_needs": _runtime_needs(ex),

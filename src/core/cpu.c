@@ -190,6 +190,9 @@ const kl_fp_entry kl_fp_list[] = {
 const kl_vunary_entry kl_softmax_list[] = {
 #include "f32-softmax.inc"
 };
+const kl_f32_pgemm_entry kl_f32_pgemm_list[] = {
+#include "f32-pgemm.inc"
+};
 const kl_f32_gemm_entry kl_f32_gemm_list[] = {
 #include "f32-gemm.inc"
     {0, KL_W_F32, NULL, NULL, NULL} /* end (the list may be empty) */
@@ -211,6 +214,7 @@ const size_t kl_fp_count = COUNT(kl_fp_list);
 const size_t kl_softmax_count = COUNT(kl_softmax_list);
 const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
 const size_t kl_f32_gemm_count = COUNT(kl_f32_gemm_list) - 1;
+const size_t kl_f32_pgemm_count = COUNT(kl_f32_pgemm_list);
 
 /* The first entry of a list for type wt whose features the active level allows
  * (NULL if none: lists end with a scalar entry per type, except the GEMM's). */
@@ -257,6 +261,9 @@ kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_vtanh_list, kl_v
 kl_f32_rsum_fn kl_select_rsum(void) { FIRST(kl_rsum_list, kl_rsum_count, KL_W_F32, kl_arch_active(), fn); }
 
 kl_f32_vunary_fn kl_select_softmax(void) { return first_vunary(kl_softmax_list, kl_softmax_count); }
+kl_f32_pgemm_ukernel_fn kl_select_f32_pgemm(void) {
+  FIRST(kl_f32_pgemm_list, kl_f32_pgemm_count, KL_W_F32, kl_arch_active(), fn);
+}
 kl_fp_ukernel_fn kl_select_fp(void) { FIRST(kl_fp_list, kl_fp_count, KL_W_F32, kl_arch_active(), fn); }
 
 void kl_f32_activation(int kind, size_t n, const float* x, float* y) {

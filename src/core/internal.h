@@ -58,6 +58,15 @@ typedef void (*kl_f32_gemm_ukernel_fn)(size_t M, size_t N, size_t K, const float
  * 1.01, 48 1.27 vs 1.14 (f32-gemm-avx512f vs OpenBLAS sgemm). */
 #define KL_F32_GEMM_MAX_M 32
 
+/* float32 GEMM on one panel of a pre-packed B (src/ops/dense.c): C[M, n] (ldc)
+ * = init + A[M, K] (lda) * P with P = [K][KL_PGEMM_NR] (columns n.. of the panel
+ * zero, n <= KL_PGEMM_NR); init: n start values, or NULL to continue from C's
+ * values (a later block of K). Each element is one fused multiply-add per k in k
+ * order: every ISA gives the same bits. */
+#define KL_PGEMM_NR 32
+typedef void (*kl_f32_pgemm_ukernel_fn)(size_t M, size_t n, size_t K, const float* A, size_t lda,
+                                        const float* P, const float* init, float* C, size_t ldc);
+
 typedef struct kl_kernels {
   kl_lstmcell_ukernel_fn cell;
   /* for calls of at least KL_CELL_BATCH_MIN rows when it differs from cell
@@ -124,6 +133,8 @@ typedef void (*kl_fp_ukernel_fn)(const void* p, size_t n, uint64_t* acc);
 kl_fp_ukernel_fn kl_select_fp(void);
 /* The active level's row softmax (src/ops/dense.c). */
 kl_f32_vunary_fn kl_select_softmax(void);
+/* The active level's pre-packed-panel GEMM (src/ops/dense.c). */
+kl_f32_pgemm_ukernel_fn kl_select_f32_pgemm(void);
 
 /* ---- thread pool (threadpool.c) ---- */
 typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
@@ -186,6 +197,10 @@ unsigned kl_arch_active(void);   /* those the active ISA level allows */
   void fn(size_t, size_t, size_t, const float*, size_t, const float*, size_t, float*, size_t);
 #include "f32-gemm.inc"
 #undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn)                                                         \
+  void fn(size_t, size_t, size_t, const float*, size_t, const float*, const float*, float*, size_t);
+#include "f32-pgemm.inc"
+#undef KL_KERNEL
 #define KL_GEMM(arch, wt, isa, gemm, pack)                                                  \
   void gemm(size_t, size_t, size_t, const uint32_t*, const uint16_t*, float*, size_t);      \
   void pack(size_t, size_t, const float*, size_t, uint32_t*);
@@ -208,6 +223,7 @@ typedef KL_KERNEL_ENTRY(kl_f32_vunary_fn) kl_vunary_entry;
 typedef KL_KERNEL_ENTRY(kl_f32_rsum_fn) kl_rsum_entry;
 typedef KL_KERNEL_ENTRY(kl_fp_ukernel_fn) kl_fp_entry;
 typedef KL_KERNEL_ENTRY(kl_f32_gemm_ukernel_fn) kl_f32_gemm_entry;
+typedef KL_KERNEL_ENTRY(kl_f32_pgemm_ukernel_fn) kl_f32_pgemm_entry;
 typedef struct kl_gemm_entry {
   unsigned arch;
   kl_wtype wt;
@@ -223,8 +239,10 @@ extern const kl_rsum_entry kl_rsum_list[];
 extern const kl_fp_entry kl_fp_list[];
 extern const kl_gemm_entry kl_gemm_list[];
 extern const kl_f32_gemm_entry kl_f32_gemm_list[];
+extern const kl_f32_pgemm_entry kl_f32_pgemm_list[];
 extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count,
-    kl_rsum_count, kl_fp_count, kl_softmax_count, kl_gemm_count, kl_f32_gemm_count;
+    kl_rsum_count, kl_fp_count, kl_softmax_count, kl_gemm_count, kl_f32_gemm_count,
+    kl_f32_pgemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {

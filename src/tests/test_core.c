@@ -1396,6 +1396,68 @@ static void test_f32_gemm_kernel(const kl_f32_gemm_entry* k) {
         "7, 64, K = 1, 15, 16, 37, strided, +inf and NaN rows%s", k->name, why);
 }
 
+/* A pre-packed-panel GEMM entry against the scalar entry (the same bits: one
+ * fused multiply-add per k in k order; NaN where it has NaN) and the scalar one
+ * against a double product: M around the tiles (12 and 2 rows), partial panels
+ * (n < 32), K blocks continued from C (init NULL), strided A and C, no write past
+ * n; an infinity and a NaN in A reach exactly their row. */
+static void test_pgemm_kernel(const kl_f32_pgemm_entry* k, const kl_f32_pgemm_entry* ref) {
+  const size_t Ms[] = {1, 2, 3, 11, 12, 13, 25}, ns[] = {1, 5, 16, 17, 31, 32}, Ks[] = {1, 7, 40};
+  char why[200] = "";
+  int ok = 1;
+  for (size_t mi = 0; mi < 7 && ok; mi++)
+    for (size_t ni = 0; ni < 6 && ok; ni++)
+      for (size_t ki = 0; ki < 3 && ok; ki++) {
+        const size_t M = Ms[mi], n = ns[ni], K = Ks[ki], lda = K + 3, ldc = n + 2, k1 = K / 2;
+        float* A = xcalloc(M * lda, sizeof(float));
+        float* P = xcalloc(K * KL_PGEMM_NR, sizeof(float));
+        float* C = xcalloc(M * ldc, sizeof(float));
+        float* R = xcalloc(M * ldc, sizeof(float));
+        float init[KL_PGEMM_NR];
+        for (size_t i = 0; i < M * lda; i++) A[i] = (float)urand(-2.0, 2.0);
+        for (size_t kk = 0; kk < K; kk++)
+          for (size_t j = 0; j < n; j++) P[kk * KL_PGEMM_NR + j] = (float)urand(-0.5, 0.5);
+        for (size_t j = 0; j < n; j++) init[j] = (float)urand(-1.0, 1.0);
+        const size_t inf_row = M > 2 ? 1 : M, nan_row = M > 2 ? M - 1 : M; /* M <= 2: none */
+        if (inf_row < M) A[inf_row * lda + K / 2] = INFINITY;
+        if (nan_row < M) A[nan_row * lda] = NAN;
+        for (size_t i = 0; i < M * ldc; i++) C[i] = R[i] = 777.0f;
+        /* two K blocks: [0, k1) from init, [k1, K) continued from C */
+        k->fn(M, n, k1, A, lda, P, init, C, ldc);
+        k->fn(M, n, K - k1, A + k1, lda, P + k1 * KL_PGEMM_NR, NULL, C, ldc);
+        ref->fn(M, n, K, A, lda, P, init, R, ldc);
+        for (size_t m = 0; m < M && ok; m++)
+          for (size_t j = 0; j < ldc && ok; j++) {
+            const float got = C[m * ldc + j], want = R[m * ldc + j];
+            if (j >= n) {
+              if (got != 777.0f || want != 777.0f) { ok = 0; snprintf(why, sizeof(why), " (wrote past n)"); }
+              continue;
+            }
+            double dref = init[j], mag = fabs(dref);
+            for (size_t kk = 0; kk < K; kk++) {
+              dref += (double)A[m * lda + kk] * (double)P[kk * KL_PGEMM_NR + j];
+              mag += fabs((double)A[m * lda + kk] * (double)P[kk * KL_PGEMM_NR + j]);
+            }
+            const int same = (isnan(got) && isnan(want)) || memcmp(&got, &want, sizeof got) == 0;
+            const int bad = !same || (m == nan_row ? !isnan(want)
+                          : isinf(dref) || isnan(dref) ? !(isnan(want) && isnan(dref)) && want != (float)dref
+                          : !(fabs((double)want - dref) <= 1e-6 * (1.0 + mag)));
+            if (bad) {
+              ok = 0;
+              snprintf(why, sizeof(why), " (M=%zu n=%zu K=%zu C[%zu,%zu] = %.9g, scalar %.9g, double %.9g)",
+                       M, n, K, m, j, (double)got, (double)want, dref);
+            }
+          }
+        free(A);
+        free(P);
+        free(C);
+        free(R);
+      }
+  check(ok, "[kernel %s] f32 packed-panel GEMM bitwise = %s, which is within 1e-6 of a double "
+        "product: M = 1..25, n = 1..32, K = 1, 7, 40 in two blocks, strided, +inf and NaN rows%s",
+        k->name, ref->name, why);
+}
+
 /* The portable half conversions: every half widens exactly and narrows back to
  * itself; floats round to nearest even (midpoints between neighbouring halves),
  * overflow to inf, NaN stays NaN. */
@@ -1468,13 +1530,16 @@ static void test_kernel_lists(void) {
   for (size_t i = 0; i < kl_f32_gemm_count; i++)
     if (cpu_has(kl_f32_gemm_list[i].arch, kl_f32_gemm_list[i].name))
       test_f32_gemm_kernel(&kl_f32_gemm_list[i]);
+  for (size_t i = 0; i < kl_f32_pgemm_count; i++) /* the scalar entry too: against double */
+    if (cpu_has(kl_f32_pgemm_list[i].arch, kl_f32_pgemm_list[i].name))
+      test_pgemm_kernel(&kl_f32_pgemm_list[i], &kl_f32_pgemm_list[kl_f32_pgemm_count - 1]);
   /* every weight type has a scalar kernel, so the dispatch never comes back empty */
   const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
   int ok = 1;
   for (size_t i = 0; i < sizeof(wts) / sizeof(wts[0]); i++) ok = ok && scalar_cell(wts[i]) && scalar_proj(wts[i]);
   check(ok && kl_vsigmoid_list[kl_vsigmoid_count - 1].arch == 0 &&
             kl_vtanh_list[kl_vtanh_count - 1].arch == 0 && kl_rsum_list[kl_rsum_count - 1].arch == 0 &&
-            kl_fp_list[kl_fp_count - 1].arch == 0,
+            kl_fp_list[kl_fp_count - 1].arch == 0 && kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,
         "[lists] every weight type has a scalar cell and projection; vector lists end with scalar");
 }
 
@@ -1567,6 +1632,53 @@ done:
   free(A);
   free(B);
   for (int i = 0; i < 3; i++) free(C[i]);
+}
+
+/* B packed in panels (b_panels): against the same product on OpenBLAS (1e-4:
+ * sums of 600 products of up to ~20 in other orders),
+ * with a strided bias and the GELU epilogue, batched A over one B; 1, 2, 3 and 8
+ * threads bitwise equal. K spans several KL_PGEMM_KC blocks, N a partial panel. */
+static void test_dense_matmul_panels(void) {
+  const int64_t batch = 2, M = 67, N = 100, K = 600, np = (N + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
+  float* A = malloc(sizeof(float) * (size_t)(batch * M * K));
+  float* W = malloc(sizeof(float) * (size_t)(N * K));
+  float* P = malloc(sizeof(float) * (size_t)(np * K * KL_DENSE_PANEL));
+  float* bias = malloc(sizeof(float) * (size_t)(2 * N));
+  float* C[5];
+  for (int i = 0; i < 5; i++) C[i] = malloc(sizeof(float) * (size_t)(batch * M * N));
+  kl_status s = KL_ERR_NOMEM;
+  double err = 0;
+  int same = 1;
+  if (A && W && P && bias && C[0] && C[1] && C[2] && C[3] && C[4]) {
+    uint32_t st = 13;
+    for (int64_t i = 0; i < batch * M * K; i++) A[i] = frand(&st);
+    for (int64_t i = 0; i < N * K; i++) W[i] = frand(&st);
+    for (int64_t i = 0; i < 2 * N; i++) bias[i] = frand(&st);
+    kl_pgemm_pack(N, K, W, K, 1, P);
+    const int threads[5] = {1, 1, 2, 3, 8};
+    s = KL_OK;
+    for (int act = 0; act < 2 && s == KL_OK; act++) {
+      for (int t = 0; t < 5 && s == KL_OK; t++) {
+        kl_matmul_args m;
+        memset(&m, 0, sizeof(m));
+        m.batch = batch, m.M = M, m.N = N, m.K = K, m.a = A, m.lda = K, m.sa = M * K;
+        m.b = t == 0 ? W : P, m.ldb = K, m.trans_b = 1, m.b_panels = t > 0;
+        m.bias = bias, m.sbias = 2, m.c = C[t], m.ldc = N, m.sc = M * N, m.act = act;
+        m.num_threads = threads[t];
+        s = kl_f32_matmul(&m);
+      }
+      for (int64_t i = 0; i < batch * M * N && s == KL_OK; i++) err = fmax(err, fabs(C[0][i] - C[1][i]));
+      for (int t = 2; t < 5; t++) same = same && !memcmp(C[1], C[t], sizeof(float) * (size_t)(batch * M * N));
+    }
+  }
+  check(s == KL_OK && err < 1e-4 && same,
+        "[dense] matmul on B packed in panels, 2 x 67x600 @ (100x600)^T, bias, GELU: %s, max abs "
+        "diff from OpenBLAS %.2g, threads 1/2/3/8 bitwise equal", kl_status_str(s), err);
+  free(A);
+  free(W);
+  free(P);
+  free(bias);
+  for (int i = 0; i < 5; i++) free(C[i]);
 }
 
 /* More threads than the shape's tiles: 256x512 (K = 256) is 2 tiles; 8 threads
@@ -1685,6 +1797,7 @@ int main(void) {
   test_kernel_lists();
   test_dense_matmul();
   test_dense_matmul_split();
+  test_dense_matmul_panels();
   test_dense_attention();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");

@@ -1,9 +1,12 @@
 /* tvm-ffi glue of the dense operators (src/ops/dense.h): argument checks and
  * DLTensor unpacking; destination-passing like kokoro_lstm.lstm_forward_v2.
  *
- * kokoro_lstm.matmul_v1(cfg: Shape(abi, trans_b, has_bias, num_threads[, act]),
+ * kokoro_lstm.matmul_v1(cfg: Shape(abi, trans_b, has_bias, num_threads[, act[, b_panels]]),
  *                       A [..., M, K], B [..., K, N] | [..., N, K], [bias [N]], C [..., M, N])
  *   act (absent: 0): 0 none, 1 GELU tanh form on the result (KL_ACT_GELU_TANH).
+ *   b_panels (absent: 0): 1: B is op(B) packed in 32-column panels, a compact
+ *   [ceil(N / 32), K, 32] tensor shared by every batch (see kl_matmul_args; trans_b
+ *   ignored), as the TVM lowering packs constant weights.
  *   numpy batch broadcasting where each operand's batch is C's or all ones; every
  *   matrix needs unit stride along its rows and batch dims that fold into one stride.
  *   bias: N values along its last dimension (any leading ones, any stride).
@@ -176,12 +179,15 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
   const TVMFFIShapeCell* cell = nargs >= 1 ? as_shape(&args[0]) : NULL;
-  const int ncfg = cell && cell->size == 5 ? 5 : 4; /* act is optional */
+  /* act and b_panels are optional */
+  const int ncfg = cell && (cell->size == 5 || cell->size == 6) ? (int)cell->size : 4;
   if (check_cfg(fn, args, nargs, ncfg, &cfg)) return -1;
-  const int trans_b = cfg[1] != 0, has_bias = cfg[2] != 0;
-  const int64_t act = ncfg == 5 ? cfg[4] : 0;
+  const int has_bias = cfg[2] != 0;
+  const int64_t act = ncfg >= 5 ? cfg[4] : 0, panels = ncfg >= 6 ? cfg[5] : 0;
+  const int trans_b = !panels && cfg[1] != 0;
   if (act != KL_ACT_NONE && act != KL_ACT_GELU_TANH)
     return errf("ValueError", fn, "unknown activation in the config");
+  if (panels != 0 && panels != 1) return errf("ValueError", fn, "unknown B layout in the config");
   if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
   view A, B, C, bias;
   if (get_view(fn, &args[1], "A", &A) || get_view(fn, &args[2], "B", &B) ||
@@ -191,8 +197,19 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   if (A.ndim < 2 || B.ndim < 2 || C.ndim < 2)
     return errf("ValueError", fn, "A, B and C must have at least 2 dimensions");
   const int64_t M = A.shape[A.ndim - 2], K = A.shape[A.ndim - 1];
-  const int64_t N = trans_b ? B.shape[B.ndim - 2] : B.shape[B.ndim - 1];
-  const int64_t KB = trans_b ? B.shape[B.ndim - 1] : B.shape[B.ndim - 2];
+  if (panels) {
+    const int64_t N = C.shape[C.ndim - 1], np = (N + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
+    if (B.ndim != 3 || B.shape[0] != np || B.shape[1] != K || B.shape[2] != KL_DENSE_PANEL ||
+        !is_compact(&B)) {
+      snprintf(what, sizeof(what),
+               "B packed in panels must be a compact [%lld, %lld, %d] tensor for K = %lld, "
+               "N = %lld", (long long)np, (long long)K, KL_DENSE_PANEL, (long long)K, (long long)N);
+      return errf("ValueError", fn, what);
+    }
+  }
+  const int64_t N = panels ? C.shape[C.ndim - 1]
+                    : trans_b ? B.shape[B.ndim - 2] : B.shape[B.ndim - 1];
+  const int64_t KB = panels ? K : trans_b ? B.shape[B.ndim - 1] : B.shape[B.ndim - 2];
   if (KB != K || C.shape[C.ndim - 2] != M || C.shape[C.ndim - 1] != N) {
     snprintf(what, sizeof(what),
              "shapes do not match: A [..., %lld, %lld], B%s [..., %lld, %lld], C [..., %lld, %lld]",
@@ -212,13 +229,13 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   m.batch = 1;
   for (int i = 0; i < ncb; i++) m.batch *= C.shape[i];
   if (fold_batch(&C, ncb, C.shape, ncb, &sc) || fold_batch(&A, A.ndim - 2, C.shape, ncb, &m.sa) ||
-      fold_batch(&B, B.ndim - 2, C.shape, ncb, &m.sb))
+      (!panels && fold_batch(&B, B.ndim - 2, C.shape, ncb, &m.sb)))
     return errf("ValueError", fn,
                 "batch dimensions must be C's or all ones, and fold into one stride");
   if (m.batch > 1 && sc == 0) sc = M * N; /* unreachable: C's batch is its own */
   m.sc = sc;
   m.lda = row_stride(&A);
-  m.ldb = row_stride(&B);
+  m.ldb = panels ? KL_DENSE_PANEL : row_stride(&B);
   m.ldc = row_stride(&C);
   if (m.lda < 0 || m.ldb < 0 || m.ldc < 0)
     return errf("ValueError", fn, "the last dimension of A, B and C must have stride 1");
@@ -226,6 +243,7 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   m.N = N;
   m.K = K;
   m.trans_b = trans_b;
+  m.b_panels = (int)panels;
   m.a = A.data;
   m.b = B.data;
   m.c = C.data;

@@ -1,0 +1,65 @@
+/* float32 GEMM on one pre-packed panel with AArch64 NEON (see f32-pgemm-scalar.c
+ * for the contract): 2 rows x 32 columns per tile (16 accumulators, 8 panel
+ * vectors), FMLA by element. One fused multiply-add per k in k order per element,
+ * as the scalar kernel. A partial panel (n < 32) runs on a 32-column copy. */
+#include <arm_neon.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifndef KL_INLINE
+#define KL_INLINE static inline __attribute__((always_inline))
+#endif
+
+#define MR 2
+
+KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const float* init,
+                    float* C, size_t ldc, const int mr) {
+  float32x4_t acc[MR][8];
+  _Pragma("GCC unroll 2")
+  for (int r = 0; r < mr; r++)
+    _Pragma("GCC unroll 8")
+    for (int v = 0; v < 8; v++) acc[r][v] = vld1q_f32((init ? init : C + (size_t)r * ldc) + 4 * v);
+  for (size_t k = 0; k < K; k++) {
+    float32x4_t w[8];
+    _Pragma("GCC unroll 8")
+    for (int v = 0; v < 8; v++) w[v] = vld1q_f32(P + k * KL_PGEMM_NR + 4 * v);
+    _Pragma("GCC unroll 2")
+    for (int r = 0; r < mr; r++) {
+      const float a = A[(size_t)r * lda + k];
+      _Pragma("GCC unroll 8")
+      for (int v = 0; v < 8; v++) acc[r][v] = vfmaq_n_f32(acc[r][v], w[v], a);
+    }
+  }
+  _Pragma("GCC unroll 2")
+  for (int r = 0; r < mr; r++)
+    _Pragma("GCC unroll 8")
+    for (int v = 0; v < 8; v++) vst1q_f32(C + (size_t)r * ldc + 4 * v, acc[r][v]);
+}
+
+static void rows(size_t M, size_t K, const float* A, size_t lda, const float* P,
+                 const float* init, float* C, size_t ldc) {
+  size_t m = 0;
+  for (; m + MR <= M; m += MR) tile(K, A + m * lda, lda, P, init, C + m * ldc, ldc, MR);
+  if (m < M) tile(K, A + m * lda, lda, P, init, C + m * ldc, ldc, 1);
+}
+
+void kl_f32_pgemm_ukernel__neon(size_t M, size_t n, size_t K, const float* A, size_t lda,
+                                const float* P, const float* init, float* C, size_t ldc) {
+  if (n == KL_PGEMM_NR) {
+    rows(M, K, A, lda, P, init, C, ldc);
+    return;
+  }
+  float buf[MR * KL_PGEMM_NR], start[KL_PGEMM_NR];
+  for (size_t m = 0; m < M; m += MR) {
+    const size_t mr = M - m < MR ? M - m : MR;
+    memset(buf, 0, sizeof(buf));
+    for (size_t r = 0; r < mr; r++) memcpy(buf + r * KL_PGEMM_NR, C + (m + r) * ldc, n * sizeof(float));
+    if (init) {
+      memset(start, 0, sizeof(start));
+      memcpy(start, init, n * sizeof(float));
+    }
+    rows(mr, K, A + m * lda, lda, P, init ? start : NULL, buf, KL_PGEMM_NR);
+    for (size_t r = 0; r < mr; r++) memcpy(C + (m + r) * ldc, buf + r * KL_PGEMM_NR, n * sizeof(float));
+  }
+}
