@@ -194,7 +194,7 @@ static void pk_tile(const pk_job* j, int64_t t) {
   const float* A = a->a + b * a->sa + m0 * a->lda;
   for (int64_t p = p0; p < p1; p++) {
     const int64_t n0 = p * KL_PGEMM_NR, n = a->N - n0 < KL_PGEMM_NR ? a->N - n0 : KL_PGEMM_NR;
-    const float* P = a->b + b * a->sb + p * a->K * KL_PGEMM_NR;
+    const float* P = a->K ? a->b + b * a->sb + p * a->K * KL_PGEMM_NR : NULL; /* K 0: B may be NULL */
     float* C = a->c + b * a->sc + m0 * a->ldc + n0;
     float init[KL_PGEMM_NR];
     for (int64_t i = 0; i < n; i++) init[i] = a->bias ? a->bias[(n0 + i) * a->sbias] : 0.0f;

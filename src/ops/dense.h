@@ -4,7 +4,9 @@
  *
  * Work is cut into tiles fixed by the shapes (never by the thread count), each
  * tile one single-threaded sgemm, so results are bitwise identical for any
- * num_threads. Strides are in elements. */
+ * num_threads; a B packed in panels (constant weights) runs the f32-pgemm
+ * kernels instead, whose elements do not depend on the tiles at all. Strides are
+ * in elements. */
 #ifndef KL_DENSE_H
 #define KL_DENSE_H
 
