@@ -135,7 +135,9 @@ kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* 
     free(k);
     return KL_ERR_NOMEM;
   }
-  kl_status s = kl_lstm_pack(desc, w, borrow_wih, &n->m);
+  /* trusted weights cannot change behind the entry: W_ih may be held packed too */
+  kl_status s = kl_lstm_pack(desc, w, (borrow_wih ? KL_PACK_BORROW_WIH : 0) |
+                                          (trusted ? KL_PACK_WIH_PANELS : 0), &n->m);
   if (s != KL_OK) {
     free(n);
     free(k);

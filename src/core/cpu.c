@@ -240,6 +240,13 @@ static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
   return NULL;
 }
 
+static kl_f32_pgemm_ukernel_fn first_vector_pgemm(kl_wtype wt, unsigned arch) {
+  for (size_t i = 0; i < kl_f32_pgemm_count; i++)
+    if (kl_f32_pgemm_list[i].arch && kl_f32_pgemm_list[i].wt == wt && (kl_f32_pgemm_list[i].arch & ~arch) == 0)
+      return kl_f32_pgemm_list[i].fn;
+  return NULL;
+}
+
 kl_kernels kl_select_kernels(kl_wtype wt) {
   const unsigned arch = kl_arch_active();
   const kl_gemm_entry* g = first_gemm(wt, arch);
@@ -248,6 +255,7 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
                   .proj = first_proj(wt, arch),
                   .gemm = g ? g->gemm : NULL,
                   .gemm_f32 = first_f32_gemm(wt, arch),
+                  .pgemm = first_vector_pgemm(wt, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
   return k;

@@ -66,6 +66,17 @@ typedef void (*kl_f32_gemm_ukernel_fn)(size_t M, size_t N, size_t K, const float
 #define KL_PGEMM_NR 32
 typedef void (*kl_f32_pgemm_ukernel_fn)(size_t M, size_t n, size_t K, const float* A, size_t lda,
                                         const float* P, const float* init, float* C, size_t ldc);
+/* B packed for the kernels (pgemm.c): op(W) with W [N, K] rows of stride ldw
+ * (trans 1) or [K, N] (trans 0) into out[ceil(N / 32)][K][32], zeros past N. */
+void kl_pgemm_pack(int64_t N, int64_t K, const float* w, int64_t ldw, int trans, float* out);
+/* C[m, 32 p0 .. min(32 p1, N)) (ldc) = init + A[m, K] (lda) op(B) for the panels
+ * [p0, p1) of a packed B; init: bias (N values of stride sbias) or zeros; K in
+ * blocks of KL_PGEMM_KC (a panel's block, 32 KiB, stays in L1 for all m rows),
+ * the first from init, the others continuing from C. */
+#define KL_PGEMM_KC 256
+void kl_pgemm_panels(kl_f32_pgemm_ukernel_fn kern, int64_t m, int64_t N, int64_t K,
+                     const float* A, int64_t lda, const float* P, const float* bias, int64_t sbias,
+                     float* C, int64_t ldc, int64_t p0, int64_t p1);
 
 typedef struct kl_kernels {
   kl_lstmcell_ukernel_fn cell;
@@ -75,6 +86,9 @@ typedef struct kl_kernels {
   kl_lstmproj_ukernel_fn proj;
   kl_bf16_gemm_ukernel_fn gemm; /* NULL: the input projection uses BLAS sgemm/dgemm */
   kl_f32_gemm_ukernel_fn gemm_f32; /* float32 W_ih, fewer than KL_F32_GEMM_MAX_M rows, or NULL */
+  /* float32: the first vector entry of f32-pgemm.inc the level allows, else NULL
+   * (the scalar entry is no match for OpenBLAS) */
+  kl_f32_pgemm_ukernel_fn pgemm;
   kl_f32_to_bf16_pairs_fn to_bf16;
 } kl_kernels;
 
@@ -110,10 +124,19 @@ typedef struct kl_wih_view {
   int64_t ld, gstride;
 } kl_wih_view;
 
-/* Packs; with borrow_wih the packed object holds no W_ih (float32/float64
- * without the bfloat16 GEMM) and every run must pass views of it. */
-kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* w, int borrow_wih, kl_lstm** out);
-/* 1 if kl_lstm_pack(borrow_wih = 1) would borrow W_ih for this desc. */
+/* Packs. Flags: KL_PACK_BORROW_WIH: the packed object holds no W_ih copy
+ * (float32/float64 without the bfloat16 GEMM) and every run must pass views of
+ * it; KL_PACK_WIH_PANELS: float32 W_ih is also held in 32-column panels for the
+ * f32-pgemm kernels (runs of at most KL_LSTM_PANEL_MAX_M rows), only for weights
+ * that cannot change behind the object (a private copy or a trusted entry: the
+ * panels are not fingerprinted). */
+#ifndef KL_LSTM_PANEL_MAX_M
+#define KL_LSTM_PANEL_MAX_M 512
+#endif
+#define KL_PACK_BORROW_WIH 1
+#define KL_PACK_WIH_PANELS 2
+kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* w, int flags, kl_lstm** out);
+/* 1 if kl_lstm_pack(KL_PACK_BORROW_WIH) would borrow W_ih for this desc. */
 int kl_lstm_can_borrow_wih(const kl_lstm_desc* desc);
 /* Bytes held by a packed object. */
 size_t kl_lstm_packed_bytes(const kl_lstm* m);

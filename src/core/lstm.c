@@ -29,6 +29,8 @@ typedef struct kl_layer {
   size_t in_size; /* input features of this layer */
   void* w_ih;     /* packed, io type */
   uint16_t* w_ih_bf16; /* 64-column bfloat16 panels of w_ih, when kernels.gemm */
+  float* w_ih_pan;     /* float32 W_ih in 32-column panels over all D*4*Hp gate
+                          columns (kl_pgemm_pack's layout), with KL_PACK_WIH_PANELS */
   void* w_hh[2];  /* panels, weight type */
   void* bias[2];  /* io type */
   void* w_hr[2];  /* panels, weight type, or NULL */
@@ -156,6 +158,7 @@ void kl_lstm_free(kl_lstm* m) {
       kl_layer* L = &m->layers[l];
       free(L->w_ih);
       free(L->w_ih_bf16);
+      free(L->w_ih_pan);
       for (int d = 0; d < 2; d++) {
         free(L->w_hh[d]);
         free(L->bias[d]);
@@ -199,7 +202,7 @@ kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl
   return s;
 }
 
-kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int borrow_wih,
+kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int flags,
                        kl_lstm** out) {
   if (!desc || !weights || !out) return KL_ERR_ARG;
   *out = NULL;
@@ -223,7 +226,8 @@ kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int bor
   m->wt = weight_type(desc->dtype);
   m->wesz = m->wt == KL_W_F64 ? 8 : (m->wt == KL_W_BF16 || m->wt == KL_W_F16) ? 2 : 4;
   m->k = kl_select_kernels(m->wt);
-  m->borrowed = borrow_wih && m->k.gemm == NULL;
+  m->borrowed = (flags & KL_PACK_BORROW_WIH) && m->k.gemm == NULL;
+  const int panels = (flags & KL_PACK_WIH_PANELS) && m->wt == KL_W_F32 && m->k.pgemm && !m->k.gemm;
   m->layers = calloc((size_t)desc->num_layers, sizeof(kl_layer));
   if (!m->layers) goto nomem;
   const size_t H = m->H, Hp = m->Hp;
@@ -233,6 +237,11 @@ kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int bor
     if (!m->borrowed) {
       L->w_ih = malloc_packed(m, (size_t)D * 4 * Hp * L->in_size * m->esz);
       if (!L->w_ih) goto nomem;
+    }
+    if (panels) { /* D*4*Hp is a multiple of 32: whole panels */
+      L->w_ih_pan = malloc_packed(m, (size_t)D * 4 * Hp * L->in_size * sizeof(float));
+      if (!L->w_ih_pan) goto nomem;
+      memset(L->w_ih_pan, 0, (size_t)D * 4 * Hp * L->in_size * sizeof(float));
     }
     if (m->k.gemm) {
       const size_t Kp = (L->in_size + 1) / 2, N = (size_t)D * 4 * Hp;
@@ -255,6 +264,14 @@ kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int bor
           const double bh = w->b_hh ? ld(w->b_hh, (g * H + u) * (size_t)w->s_bh, m->esz) : 0.0;
           st(L->bias[d], g * Hp + u, bi + bh, m->esz);
         }
+      if (L->w_ih_pan) /* row n = d*4Hp + g*Hp + u of w_ih -> panel column n */
+        for (size_t g = 0; g < 4; g++)
+          for (size_t u = 0; u < H; u++) {
+            const size_t n = (size_t)d * 4 * Hp + g * Hp + u;
+            const float* row = (const float*)w->w_ih + (g * H + u) * ld_ih;
+            float* col = L->w_ih_pan + (n / KL_PGEMM_NR) * L->in_size * KL_PGEMM_NR + n % KL_PGEMM_NR;
+            for (size_t k = 0; k < L->in_size; k++) col[k * KL_PGEMM_NR] = row[k];
+          }
       if (L->w_ih_bf16) { /* row n = d*4Hp + g*Hp + u of w_ih -> panel column n */
         const size_t Kp = (L->in_size + 1) / 2;
         for (size_t g = 0; g < 4; g++)
@@ -519,6 +536,9 @@ int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t
 #define GEMM_MC 512       /* rows per tile when M >= GEMM_SPLIT_M */
 #define GEMM_NC_SMALL 128 /* columns per tile when M < GEMM_SPLIT_M */
 #define GEMM_NC_LARGE 512 /* columns per tile when M >= GEMM_SPLIT_M */
+/* Runs of at most this many rows take W_ih's panels when the object holds them
+ * (KL_PACK_WIH_PANELS); longer ones the BLAS path above (see KL_LSTM_PANEL_MAX_M's
+ * measurement in internal.h). */
 /* The batch element of gate row r (row (t, b) = t*gt + b*gb). */
 static int64_t row_batch(const run_ctx* x, int64_t r) {
   return x->gb == 0 ? 0 : x->gb == 1 ? r % x->B : r / x->gb;
@@ -595,6 +615,20 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
                 x->L->w_ih_bf16 + ((size_t)c0 / 64) * Kp * 128,
                 (float*)x->Gw + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
       if (x->gate_bias) add_gate_bias(x, r0, mr, (size_t)c0, (size_t)nc);
+    }
+    return;
+  }
+  if (x->L->w_ih_pan && M <= KL_LSTM_PANEL_MAX_M) { /* by the shape only */
+    const int64_t N = (int64_t)m->D * 4 * (int64_t)Hp, np = N / KL_PGEMM_NR;
+    const int64_t pchunk = GEMM_NC_SMALL / KL_PGEMM_NR, nn = (np + pchunk - 1) / pchunk;
+    for (int64_t task = ith; task < nm * nn; task += nth) {
+      const int64_t r0 = (task / nn) * mc, p0 = (task % nn) * pchunk;
+      const int64_t mr = M - r0 < mc ? M - r0 : mc, p1 = p0 + pchunk < np ? p0 + pchunk : np;
+      kl_pgemm_panels(m->k.pgemm, mr, N, (int64_t)K, (const float*)x->in + (size_t)(r0 * x->lda),
+                      x->lda, x->L->w_ih_pan, NULL, 0, (float*)x->Gw + (size_t)r0 * x->ldg,
+                      (int64_t)x->ldg, p0, p1);
+      if (x->gate_bias)
+        add_gate_bias(x, r0, mr, (size_t)(p0 * KL_PGEMM_NR), (size_t)((p1 - p0) * KL_PGEMM_NR));
     }
     return;
   }

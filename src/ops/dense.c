@@ -149,33 +149,17 @@ static kl_status run_pool(int nth, kl_task_fn fn, void* ctx) {
   return s;
 }
 
-/* ---- B packed in panels: the f32-pgemm kernel list -------------------------
+/* ---- B packed in panels: the f32-pgemm kernel list (src/core/pgemm.c) --------
  * Constant weights (a linear's W) are packed once, at compile time by the TVM
  * lowering, so no call packs B; OpenBLAS packs its B panel on every call, which
  * at few rows costs a large share: this project's 2-core AVX-512 Xeon, 1 thread,
  * medians of 60, 64 x 768 x 768 ran at 145-185 GF/s packed vs 105-125 OpenBLAS,
  * 64 x 2048 x 768 and 64 x 768 x 2048 1.3-1.4x; at 512 rows the two are level.
- * Each task: a block of at most KL_PGEMM_MC rows times a run of panels; per
- * panel, K in blocks of KL_PGEMM_KC (that block of the panel, 32 KiB, stays in
- * L1 for all the rows), the first starting from the bias, the others continuing
- * from C. The kernels add every element's products in k order whatever the
- * blocks, so results do not depend on the tasks or the thread count. */
-#define KL_PGEMM_KC 256
+ * Each task: a block of at most KL_PGEMM_MC rows times a run of panels
+ * (kl_pgemm_panels); results do not depend on the tasks or the thread count. */
 #define KL_PGEMM_MC 240
 
 _Static_assert(KL_DENSE_PANEL == KL_PGEMM_NR, "dense.h's panel width is the kernels'");
-
-void kl_pgemm_pack(int64_t N, int64_t K, const float* w, int64_t ldw, int trans, float* out) {
-  const int64_t np = cdiv(N, KL_PGEMM_NR);
-  for (int64_t p = 0; p < np; p++)
-    for (int64_t k = 0; k < K; k++) {
-      float* o = out + (p * K + k) * KL_PGEMM_NR;
-      for (int64_t j = 0; j < KL_PGEMM_NR; j++) {
-        const int64_t n = p * KL_PGEMM_NR + j;
-        o[j] = n >= N ? 0.0f : trans ? w[n * ldw + k] : w[k * ldw + n];
-      }
-    }
-}
 
 typedef struct pk_job {
   const kl_matmul_args* a;
@@ -191,21 +175,12 @@ static void pk_tile(const pk_job* j, int64_t t) {
   const int64_t m0 = (r / j->pblocks) * j->mb, p0 = (r % j->pblocks) * j->pchunk;
   const int64_t m = a->M - m0 < j->mb ? a->M - m0 : j->mb;
   const int64_t p1 = p0 + j->pchunk < j->np ? p0 + j->pchunk : j->np;
-  const float* A = a->a + b * a->sa + m0 * a->lda;
-  for (int64_t p = p0; p < p1; p++) {
-    const int64_t n0 = p * KL_PGEMM_NR, n = a->N - n0 < KL_PGEMM_NR ? a->N - n0 : KL_PGEMM_NR;
-    const float* P = a->K ? a->b + b * a->sb + p * a->K * KL_PGEMM_NR : NULL; /* K 0: B may be NULL */
-    float* C = a->c + b * a->sc + m0 * a->ldc + n0;
-    float init[KL_PGEMM_NR];
-    for (int64_t i = 0; i < n; i++) init[i] = a->bias ? a->bias[(n0 + i) * a->sbias] : 0.0f;
-    if (a->K == 0)
-      for (int64_t i = 0; i < m; i++) memcpy(C + i * a->ldc, init, (size_t)n * sizeof(float));
-    for (int64_t k0 = 0; k0 < a->K; k0 += KL_PGEMM_KC) {
-      const int64_t kc = a->K - k0 < KL_PGEMM_KC ? a->K - k0 : KL_PGEMM_KC;
-      j->kern((size_t)m, (size_t)n, (size_t)kc, A + k0, (size_t)a->lda, P + k0 * KL_PGEMM_NR,
-              k0 == 0 ? init : NULL, C, (size_t)a->ldc);
-    }
-    if (a->act == KL_ACT_GELU_TANH) gelu_tanh_rows(j->tanh, C, m, n, a->ldc);
+  float* C = a->c + b * a->sc + m0 * a->ldc;
+  kl_pgemm_panels(j->kern, m, a->N, a->K, a->a + b * a->sa + m0 * a->lda, a->lda,
+                  a->K ? a->b + b * a->sb : NULL, a->bias, a->sbias, C, a->ldc, p0, p1);
+  if (a->act == KL_ACT_GELU_TANH) {
+    const int64_t n0 = p0 * KL_PGEMM_NR, n1 = p1 * KL_PGEMM_NR < a->N ? p1 * KL_PGEMM_NR : a->N;
+    gelu_tanh_rows(j->tanh, C + n0, m, n1 - n0, a->ldc);
   }
 }
 

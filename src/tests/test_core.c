@@ -336,6 +336,10 @@ static void dl_model_free(dl_model* f) {
   for (int i = 0; i < f->n; i++) free(f->buf[i]);
 }
 
+/* kl_lstm_forward's constant_weights for run_forward (1: a trusted entry, which
+ * holds float32 W_ih in panels too). */
+static int g_fwd_constant;
+
 /* kl_lstm_forward on the same buffers as a kl_lstm_run call (seq-first tensors). */
 static kl_status run_forward(const dl_model* f, const model* m, kl_dtype dt, const kl_run_args* a) {
   const tcase* c = m->c;
@@ -358,6 +362,7 @@ static kl_status run_forward(const dl_model* f, const model* m, kl_dtype dt, con
   fa.proj_size = c->P;
   fa.dtype = dt;
   fa.num_threads = a->num_threads;
+  fa.constant_weights = g_fwd_constant;
   fa.x = &x;
   fa.lengths = a->lengths ? &len : NULL;
   fa.h0 = a->h0 ? &h0 : NULL;
@@ -528,6 +533,34 @@ static void test_forward_entry(const model* m, const run_input* in, const result
             memcmp(r.hn, r1->hn, r1->hnbytes) != 0,
         "%s kl_lstm_forward after an in-place weight change: repacked, new result", tag);
   result_free(&r);
+  if (in->dt == KL_F64) ((double*)w)[1] -= 0.5;
+  else ((float*)w)[1] -= 0.5f;
+  /* a trusted entry (constant_weights): float32 W_ih in panels, the f32-pgemm
+   * kernels for the input projection (other bits than OpenBLAS's): within the
+   * dtype's tolerance of the packed object, the same bits for 1, 2 and 5 threads */
+  kl_cache_clear();
+  g_fwd_constant = 1;
+  result t[3];
+  const int nths[3] = {1, 2, 5};
+  int same = 1;
+  double err = 0.0;
+  const size_t nyd = (size_t)(in->T * in->B * m->D * m->R);
+  for (int i = 0; i < 3; i++) {
+    run_engine(NULL, &f, in, nths[i], &t[i]);
+    same = same && t[i].st == KL_OK;
+  }
+  if (same) {
+    err = fmax(max_err(t[0].y, r1->y, nyd), max_err(t[0].hnd, r1->hnd, r1->hnbytes / io_size(in->dt)));
+    for (int i = 1; i < 3; i++)
+      same = same && memcmp(t[i].ybuf, t[0].ybuf, r1->ybytes) == 0 &&
+             memcmp(t[i].hn, t[0].hn, r1->hnbytes) == 0 && memcmp(t[i].cn, t[0].cn, r1->cnbytes) == 0;
+  }
+  g_fwd_constant = 0;
+  check(same && err <= tolerance(in->dt),
+        "%s kl_lstm_forward on a trusted entry: max|d| vs kl_lstm_run %.3g (tol %.0e), threads "
+        "1/2/5 bitwise equal", tag, err, tolerance(in->dt));
+  for (int i = 0; i < 3; i++) result_free(&t[i]);
+  kl_cache_clear();
   dl_model_free(&f);
   kl_cache_clear();
 }
@@ -561,6 +594,7 @@ static kl_status gate_forward(const dl_model* f, const model* m, kl_dtype dt, in
   fa.proj_size = c->P;
   fa.dtype = dt;
   fa.num_threads = nth;
+  fa.constant_weights = g_fwd_constant;
   fa.x = &tx;
   fa.lengths = len ? &tl : NULL;
   fa.h0 = h0 ? &th0 : NULL;
@@ -791,6 +825,14 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
       check(same, "%s num_threads 1,2,4,16 bitwise identical%s", tag, detail);
       test_forward_entry(&m, &in, &r1, tag);
       test_gate_input(&m, dt, x, len, c->lengths != 0, h0, c0, tag);
+      /* again on a trusted entry (float32: W_ih's panels, gate bias added per panel run);
+       * its buffers are freed after the test, so no entry may outlive it */
+      char ttag[sizeof(tag) + 16];
+      snprintf(ttag, sizeof(ttag), "%s trusted", tag);
+      kl_cache_clear();
+      g_fwd_constant = 1;
+      test_gate_input(&m, dt, x, len, c->lengths != 0, h0, c0, ttag);
+      g_fwd_constant = 0;
       kl_cache_clear();
     }
     result_free(&r1);

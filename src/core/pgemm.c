@@ -1,0 +1,45 @@
+/* Products on a B packed in 32-column panels (the f32-pgemm kernel list): used by
+ * the dense operators (src/ops/dense.c, constant weights of the TVM lowering) and
+ * by the LSTM's input projection (lstm.c, W_ih of entries whose weights cannot
+ * change behind the cache). OpenBLAS packs its B panel on every call, which at
+ * few rows costs a large share (a T=32 LSTM call, 1 thread: 23% of it in
+ * sgemm_incopy/oncopy); a B packed once skips that, and each element is one
+ * fused multiply-add per k in k order, so results depend on neither the blocks,
+ * the tasks, the thread count nor the ISA. */
+#include "internal.h"
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void kl_pgemm_pack(int64_t N, int64_t K, const float* w, int64_t ldw, int trans, float* out) {
+  const int64_t np = cdiv(N, KL_PGEMM_NR);
+  for (int64_t p = 0; p < np; p++)
+    for (int64_t k = 0; k < K; k++) {
+      float* o = out + (p * K + k) * KL_PGEMM_NR;
+      for (int64_t j = 0; j < KL_PGEMM_NR; j++) {
+        const int64_t n = p * KL_PGEMM_NR + j;
+        o[j] = n >= N ? 0.0f : trans ? w[n * ldw + k] : w[k * ldw + n];
+      }
+    }
+}
+
+void kl_pgemm_panels(kl_f32_pgemm_ukernel_fn kern, int64_t m, int64_t N, int64_t K,
+                     const float* A, int64_t lda, const float* P, const float* bias, int64_t sbias,
+                     float* C, int64_t ldc, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; p++) {
+    const int64_t n0 = p * KL_PGEMM_NR, n = N - n0 < KL_PGEMM_NR ? N - n0 : KL_PGEMM_NR;
+    float* c = C + n0;
+    float init[KL_PGEMM_NR];
+    for (int64_t i = 0; i < n; i++) init[i] = bias ? bias[(n0 + i) * sbias] : 0.0f;
+    if (K == 0) {
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * ldc + j] = init[j];
+      continue;
+    }
+    const float* panel = P + p * K * KL_PGEMM_NR;
+    for (int64_t k0 = 0; k0 < K; k0 += KL_PGEMM_KC) {
+      const int64_t kc = K - k0 < KL_PGEMM_KC ? K - k0 : KL_PGEMM_KC;
+      kern((size_t)m, (size_t)n, (size_t)kc, A + k0, (size_t)lda, panel + k0 * KL_PGEMM_NR,
+           k0 == 0 ? init : NULL, c, (size_t)ldc);
+    }
+  }
+}
