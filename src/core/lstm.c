@@ -17,6 +17,9 @@
  *   bias  [4*Hp] = b_ih + b_hh
  *   W_ih as bfloat16 (dtype bfloat16 with AVX512_BF16): 64-column panels, see
  *         bf16-gemm-avx512bf16.c; the layer input is rounded to bfloat16 pairs per run
+ *   W_ih in float32 panels (KL_PACK_WIH_PANELS, weights that cannot change behind
+ *         the object): 32-column panels over the D*4*Hp gate columns, kl_pgemm_pack's
+ *         layout (pgemm.c), besides the borrowed or packed W_ih above
  */
 #include <limits.h>
 #include <stdlib.h>
