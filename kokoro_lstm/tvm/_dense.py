@@ -34,8 +34,8 @@ shape is static and the dtype float32:
   ``kokoro_lstm.softmax_v1`` (vectorized exp, rows on the pool).
 
 Each is a C function of the engine registered with tvm-ffi (src/tvm/kl_tvm_dense.c,
-src/ops/dense.c): OpenBLAS sgemm on tiles fixed by the shapes, on the engine's
-thread pool. :func:`kokoro_lstm.tvm.export_library` links the engine into the
+src/ops/dense.c): OpenBLAS sgemm on tiles fixed by the shapes, or the f32-pgemm
+kernels on packed constant weights, on the engine's thread pool. :func:`kokoro_lstm.tvm.export_library` links the engine into the
 artifact, so it runs where TVM's runtime runs, without Python.
 """
 from __future__ import annotations
@@ -713,12 +713,13 @@ def rewrite_dense(mod, num_threads=0):
     out = relax.transform.DeadCodeElimination()(out)
     # what is left after dead-code elimination (a product whose bias add took it
     # over was rewritten too, then dropped)
-    calls = count_dense_calls(out)
+    text = out.script(show_meta=False)
+    calls = count_dense_calls(text)
     counts = {k: calls[f] for k, f in (("matmul", MATMUL_FUNC), ("conv1d", CONV1D_FUNC),
                                         ("conv1d_transpose_dw", CONV1D_TRANSPOSE_DW_FUNC),
                                         ("softmax", SOFTMAX_FUNC), ("attention", ATTENTION_FUNC))
               if f in calls}
-    panels = _count_panel_matmuls(out)
+    panels = _count_panel_matmuls(text)
     if panels:
         counts["matmul_panels"] = panels
     for k in ("bias_fused", "gelu_fused", "panels_packed", "lstm_threads"):
@@ -727,11 +728,11 @@ def rewrite_dense(mod, num_threads=0):
     return out, counts
 
 
-def _count_panel_matmuls(mod):
-    """The matmul_v1 calls reading B packed in panels (config ``[.., 1]`` of 6)."""
+def _count_panel_matmuls(text):
+    """The matmul_v1 calls of a module's text reading B packed in panels (config
+    ``[.., 1]`` of 6 values)."""
     import re
 
-    text = mod.script(show_meta=False)
     return len(re.findall(re.escape(MATMUL_FUNC) + r'", \(R\.shape\(\[(?:-?\d+, ){5}1\]\)', text))
 
 

@@ -539,9 +539,6 @@ int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t
 #define GEMM_MC 512       /* rows per tile when M >= GEMM_SPLIT_M */
 #define GEMM_NC_SMALL 128 /* columns per tile when M < GEMM_SPLIT_M */
 #define GEMM_NC_LARGE 512 /* columns per tile when M >= GEMM_SPLIT_M */
-/* Runs of at most this many rows take W_ih's panels when the object holds them
- * (KL_PACK_WIH_PANELS); longer ones the BLAS path above (see KL_LSTM_PANEL_MAX_M's
- * measurement in internal.h). */
 /* The batch element of gate row r (row (t, b) = t*gt + b*gb). */
 static int64_t row_batch(const run_ctx* x, int64_t r) {
   return x->gb == 0 ? 0 : x->gb == 1 ? r % x->B : r / x->gb;
@@ -621,7 +618,10 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     }
     return;
   }
-  if (x->L->w_ih_pan && M <= KL_LSTM_PANEL_MAX_M) { /* by the shape only */
+  /* W_ih's panels, when the object holds them, for runs of at most
+   * KL_LSTM_PANEL_MAX_M rows (by the shape only); every column of a panel run in
+   * one task, 4 panels (128 columns) per task */
+  if (x->L->w_ih_pan && M <= KL_LSTM_PANEL_MAX_M) {
     const int64_t N = (int64_t)m->D * 4 * (int64_t)Hp, np = N / KL_PGEMM_NR;
     const int64_t pchunk = GEMM_NC_SMALL / KL_PGEMM_NR, nn = (np + pchunk - 1) / pchunk;
     for (int64_t task = ith; task < nm * nn; task += nth) {
