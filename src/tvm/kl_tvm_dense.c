@@ -197,19 +197,17 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   if (A.ndim < 2 || B.ndim < 2 || C.ndim < 2)
     return errf("ValueError", fn, "A, B and C must have at least 2 dimensions");
   const int64_t M = A.shape[A.ndim - 2], K = A.shape[A.ndim - 1];
-  if (panels) {
-    const int64_t N = C.shape[C.ndim - 1], np = (N + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
-    if (B.ndim != 3 || B.shape[0] != np || B.shape[1] != K || B.shape[2] != KL_DENSE_PANEL ||
-        !is_compact(&B)) {
-      snprintf(what, sizeof(what),
-               "B packed in panels must be a compact [%lld, %lld, %d] tensor for K = %lld, "
-               "N = %lld", (long long)np, (long long)K, KL_DENSE_PANEL, (long long)K, (long long)N);
-      return errf("ValueError", fn, what);
-    }
-  }
   const int64_t N = panels ? C.shape[C.ndim - 1]
                     : trans_b ? B.shape[B.ndim - 2] : B.shape[B.ndim - 1];
   const int64_t KB = panels ? K : trans_b ? B.shape[B.ndim - 1] : B.shape[B.ndim - 2];
+  const int64_t np = (N + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL; /* panels of a packed B */
+  if (panels && (B.ndim != 3 || B.shape[0] != np || B.shape[1] != K ||
+                 B.shape[2] != KL_DENSE_PANEL || !is_compact(&B))) {
+    snprintf(what, sizeof(what),
+             "B packed in panels must be a compact [%lld, %lld, %d] tensor for K = %lld, N = %lld",
+             (long long)np, (long long)K, KL_DENSE_PANEL, (long long)K, (long long)N);
+    return errf("ValueError", fn, what);
+  }
   if (KB != K || C.shape[C.ndim - 2] != M || C.shape[C.ndim - 1] != N) {
     snprintf(what, sizeof(what),
              "shapes do not match: A [..., %lld, %lld], B%s [..., %lld, %lld], C [..., %lld, %lld]",
