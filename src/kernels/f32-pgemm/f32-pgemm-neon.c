@@ -1,10 +1,11 @@
 /* float32 GEMM on one pre-packed panel with AArch64 NEON (see f32-pgemm-scalar.c
  * for the contract): 2 rows x 32 columns per tile (16 accumulators, 8 panel
  * vectors), FMLA by element. One fused multiply-add per k in k order per element,
- * as the scalar kernel. A partial panel (n < 32) runs on a 32-column copy. */
+ * as the scalar kernel. A partial panel (n < 32) runs row by row
+ * on 32-column copies (f32-pgemm-partial.h). */
 #include <arm_neon.h>
-#include <string.h>
 
+#include "f32-pgemm-partial.h"
 #include "internal.h"
 
 #ifndef KL_INLINE
@@ -46,20 +47,8 @@ static void rows(size_t M, size_t K, const float* A, size_t lda, const float* P,
 
 void kl_f32_pgemm_ukernel__neon(size_t M, size_t n, size_t K, const float* A, size_t lda,
                                 const float* P, const float* init, float* C, size_t ldc) {
-  if (n == KL_PGEMM_NR) {
+  if (n == KL_PGEMM_NR)
     rows(M, K, A, lda, P, init, C, ldc);
-    return;
-  }
-  float buf[MR * KL_PGEMM_NR], start[KL_PGEMM_NR];
-  for (size_t m = 0; m < M; m += MR) {
-    const size_t mr = M - m < MR ? M - m : MR;
-    memset(buf, 0, sizeof(buf));
-    for (size_t r = 0; r < mr; r++) memcpy(buf + r * KL_PGEMM_NR, C + (m + r) * ldc, n * sizeof(float));
-    if (init) {
-      memset(start, 0, sizeof(start));
-      memcpy(start, init, n * sizeof(float));
-    }
-    rows(mr, K, A + m * lda, lda, P, init ? start : NULL, buf, KL_PGEMM_NR);
-    for (size_t r = 0; r < mr; r++) memcpy(C + (m + r) * ldc, buf + r * KL_PGEMM_NR, n * sizeof(float));
-  }
+  else
+    kl_pgemm_partial(rows, M, n, K, A, lda, P, init, C, ldc);
 }
