@@ -45,6 +45,13 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int resolve_threads(int n) { return n >= 1 ? n : kl_get_num_threads(); }
 
+/* The next index of a job's tasks, dealt to threads as they come free, or -1
+ * when none is left. */
+static int64_t take_task(atomic_llong* next, int64_t ntasks) {
+  const int64_t t = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+  return t < ntasks ? t : -1;
+}
+
 typedef struct mm_job {
   const kl_matmul_args* a;
   kl_f32_vunary_fn tanh; /* for act == KL_ACT_GELU_TANH */
@@ -133,11 +140,7 @@ static void mm_task(void* ctx, int ith, int nth) {
   (void)ith;
   (void)nth;
   mm_job* j = ctx;
-  for (;;) {
-    const int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    if (t >= j->ntasks) return;
-    mm_tile(j, t);
-  }
+  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) mm_tile(j, t);
 }
 
 /* Runs fn on the pool with nth threads, BLAS single-threaded meanwhile. */
@@ -188,11 +191,7 @@ static void pk_task(void* ctx, int ith, int nth) {
   (void)ith;
   (void)nth;
   pk_job* j = ctx;
-  for (;;) {
-    const int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    if (t >= j->ntasks) return;
-    pk_tile(j, t);
-  }
+  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) pk_tile(j, t);
 }
 
 /* Tasks: row blocks of at most KL_PGEMM_MC, each split into runs of panels so
@@ -450,11 +449,7 @@ static void attn_task(void* ctx, int ith, int nth) {
   (void)nth;
   attn_job* j = ctx;
   float* sc = j->scratch + (size_t)ith * (size_t)j->rows * (size_t)j->a->S;
-  for (;;) {
-    const int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    if (t >= j->ntasks) return;
-    attn_block(j, t, sc);
-  }
+  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) attn_block(j, t, sc);
 }
 
 kl_status kl_f32_attention(const kl_attention_args* a) {
