@@ -48,6 +48,7 @@ import tempfile
 import time
 
 from _machine import cpu_name, isa_flags
+from _procs import PipeWorker, versions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -217,37 +218,20 @@ def _env(nth, pythonpath):
     return env
 
 
-class Worker:
+class Worker(PipeWorker):
     def __init__(self, argv, env, cwd, python=PY):
-        self.p = subprocess.Popen([python, "-c", WORKER] + argv, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
-        line = self.p.stdout.readline()
-        if not line.startswith("ready"):
-            raise RuntimeError(f"worker {argv[:2]} failed to start")
-        self.info = json.loads(line[5:] or "{}")
+        super().__init__([python, "-c", WORKER] + argv, env, cwd, str(argv[:2]))
 
     def run(self, reps):
-        self.p.stdin.write(f"run {reps}\n")
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
+        return self.ask(f"run {reps}")
 
     def outputs(self, path):
         """One call's outputs (written by the worker to ``path``, an .npz)."""
         import numpy as np
 
-        self.p.stdin.write(f"out {path}\n")
-        self.p.stdin.flush()
-        json.loads(self.p.stdout.readline())
+        self.ask(f"out {path}")
         with np.load(path) as z:
             return [z[f"arr_{i}"] for i in range(len(z.files))]
-
-    def close(self):
-        try:
-            self.p.stdin.write("quit\n")
-            self.p.stdin.close()
-        except OSError:
-            pass
-        self.p.wait()
 
 
 def _alternate(workers, rounds, reps):
@@ -412,12 +396,7 @@ def bench_artifacts(comp, T, nth, man, art, rounds, reps, tmp, ffi_python=PY):
 
 
 def _versions(python):
-    code = ("import json, importlib.metadata as m\nv = {}\n"
-            "for d in ('torch', 'numpy', 'transformers', 'apache-tvm-ffi', 'scipy-openblas32'):\n"
-            "    try: v[d] = m.version(d)\n    except Exception: v[d] = None\n"
-            "import sys; v['python'] = sys.version.split()[0]\nprint(json.dumps(v))")
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True)
-    return json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr[-300:]}
+    return versions(("torch", "numpy", "transformers", "apache-tvm-ffi", "scipy-openblas32"), python)
 
 
 def main(argv=None):

@@ -103,6 +103,7 @@ import tempfile
 import time
 
 from _machine import cpu_name
+from _procs import PipeWorker, versions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.abspath(__file__)
@@ -320,32 +321,16 @@ def _env(nth, keep_heap=False):
     return env
 
 
-class Worker:
+class Worker(PipeWorker):
     def __init__(self, mode, nth, args, a, tmp):
         dump = os.path.join(tmp, "out_%s_%d_%d" % (mode, args["tokens"], nth))
         argv = [PY, HERE, "--_worker", mode, str(nth), args["cfg"], args["weights"],
                 str(args["tokens"]), str(a.seed), str(a.settle_ms / 1e3), dump]
         self.mode = mode
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  text=True, env=_env(nth, a.keep_heap), cwd=ROOT)
-        line = self.p.stdout.readline()
-        if not line.startswith("ready "):
-            self.p.kill()
-            raise RuntimeError("worker %s (threads %d) failed to start" % (mode, nth))
-        self.info = json.loads(line[6:])
+        super().__init__(argv, _env(nth, a.keep_heap), ROOT, "%s (threads %d)" % (mode, nth))
 
     def run(self, names):
-        self.p.stdin.write("run %s\n" % ",".join(names))
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
-
-    def close(self):
-        try:
-            self.p.stdin.write("quit\n")
-            self.p.stdin.close()
-        except OSError:
-            pass
-        self.p.wait()
+        return self.ask("run %s" % ",".join(names))
 
 
 def _diffs(a_path, b_path):
@@ -446,18 +431,9 @@ def _ints(s):
 
 
 def _versions():
-    out = {"python": platform.python_version()}
-    try:
-        from importlib.metadata import version
-    except ImportError:  # pragma: no cover
-        return out
-    for d in ("torch", "numpy", "kokoro", "transformers", "huggingface_hub", "misaki"):
-        try:
-            out[d] = version(d)
-        except Exception:  # noqa: BLE001
-            out[d] = None
     import kokoro_lstm
 
+    out = versions(("torch", "numpy", "kokoro", "transformers", "huggingface_hub", "misaki"))
     out["kokoro_lstm"] = kokoro_lstm.__version__
     return out
 
