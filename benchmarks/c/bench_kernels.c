@@ -159,6 +159,16 @@ static int cmp_d(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+/* The next case: kernel `name` of list `list`; the caller sets what it times. */
+static bcase* add_case(bcase* cs, int* n, const char* list, const char* name, int kind,
+                       const void* fn, kl_wtype wt, int reps) {
+  bcase* c = &cs[(*n)++];
+  snprintf(c->list, sizeof(c->list), "%s", list);
+  snprintf(c->name, sizeof(c->name), "%s", name);
+  c->kind = kind, c->fn = fn, c->wt = wt, c->reps = reps;
+  return c;
+}
+
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 21;
   if (rounds < 1) rounds = 1;
@@ -175,82 +185,65 @@ int main(int argc, char** argv) {
     static const size_t nbs[] = {1, 4, 16, MAXB};
     for (size_t j = 0; j < sizeof(nbs) / sizeof(nbs[0]); j++) {
       const size_t nb = nbs[j];
-      bcase* c = &cs[n++];
-      snprintf(c->list, sizeof(c->list), "lstmcell");
-      snprintf(c->name, sizeof(c->name), "%s", k->name);
+      bcase* c = add_case(cs, &n, "lstmcell", k->name, 0, (const void*)k->fn, k->wt,
+                          k->arch ? (nb > 4 ? 4 : 20) : 1);
       snprintf(c->what, sizeof(c->what), "%s H=R=256 B=%zu, per step", wname(k->wt), nb);
-      c->kind = 0, c->fn = (const void*)k->fn, c->wt = k->wt, c->nb = nb;
+      c->nb = nb;
       c->w = random_weights(k->wt, NBLK * ((R + 1) / 2 * 2) * 64);
-      c->reps = k->arch ? (nb > 4 ? 4 : 20) : 1;
     }
   }
   for (size_t i = 0; i < kl_lstmproj_count; i++) {
     const kl_lstmproj_entry* k = &kl_lstmproj_list[i];
     if (k->arch & ~cpu) continue;
-    bcase* c = &cs[n++];
-    snprintf(c->list, sizeof(c->list), "lstmproj");
-    snprintf(c->name, sizeof(c->name), "%s", k->name);
+    bcase* c = add_case(cs, &n, "lstmproj", k->name, 1, (const void*)k->fn, k->wt, 50);
     snprintf(c->what, sizeof(c->what), "%s 256->128 B=1", wname(k->wt));
-    c->kind = 1, c->fn = (const void*)k->fn, c->wt = k->wt, c->nb = 1;
+    c->nb = 1;
     c->w = random_weights(k->wt, 8 * H * 16);
-    c->reps = 50;
   }
   for (int v = 0; v < 2; v++) {
     const kl_vunary_entry* list = v ? kl_vtanh_list : kl_vsigmoid_list;
     const size_t cnt = v ? kl_vtanh_count : kl_vsigmoid_count;
     for (size_t i = 0; i < cnt; i++) {
       if (list[i].arch & ~cpu) continue;
-      bcase* c = &cs[n++];
-      snprintf(c->list, sizeof(c->list), v ? "f32-vtanh" : "f32-vsigmoid");
-      snprintf(c->name, sizeof(c->name), "%s", list[i].name);
+      bcase* c = add_case(cs, &n, v ? "f32-vtanh" : "f32-vsigmoid", list[i].name, 2,
+                          (const void*)list[i].fn, KL_W_F32, 100);
       snprintf(c->what, sizeof(c->what), "n=1024");
-      c->kind = 2, c->fn = (const void*)list[i].fn, c->wt = KL_W_F32, c->reps = 100;
     }
   }
   for (size_t i = 0; i < kl_rsum_count; i++) {
     if (kl_rsum_list[i].arch & ~cpu) continue;
-    bcase* c = &cs[n++];
-    snprintf(c->list, sizeof(c->list), "f32-rsum");
-    snprintf(c->name, sizeof(c->name), "%s", kl_rsum_list[i].name);
+    bcase* c = add_case(cs, &n, "f32-rsum", kl_rsum_list[i].name, 3,
+                        (const void*)kl_rsum_list[i].fn, KL_W_F32, 20);
     snprintf(c->what, sizeof(c->what), "1 MiB");
-    c->kind = 3, c->fn = (const void*)kl_rsum_list[i].fn, c->wt = KL_W_F32, c->reps = 20;
     c->w = random_weights(KL_W_F32, (1u << 20) / 4);
   }
   for (size_t i = 0; i < kl_fp_count; i++) {
     if (kl_fp_list[i].arch & ~cpu) continue;
-    bcase* c = &cs[n++];
-    snprintf(c->list, sizeof(c->list), "u64-fingerprint");
-    snprintf(c->name, sizeof(c->name), "%s", kl_fp_list[i].name);
+    bcase* c = add_case(cs, &n, "u64-fingerprint", kl_fp_list[i].name, 5,
+                        (const void*)kl_fp_list[i].fn, KL_W_F32, 20);
     snprintf(c->what, sizeof(c->what), "1 MiB");
-    c->kind = 5, c->fn = (const void*)kl_fp_list[i].fn, c->wt = KL_W_F32, c->reps = 20;
     c->w = random_weights(KL_W_F32, (1u << 20) / 4);
   }
   for (size_t i = 0; i < kl_gemm_count; i++) {
     if (kl_gemm_list[i].arch & ~cpu) continue;
-    bcase* c = &cs[n++];
-    snprintf(c->list, sizeof(c->list), "gemm");
-    snprintf(c->name, sizeof(c->name), "%s", kl_gemm_list[i].name);
+    bcase* c = add_case(cs, &n, "gemm", kl_gemm_list[i].name, 4, (const void*)kl_gemm_list[i].gemm,
+                        kl_gemm_list[i].wt, 1);
     snprintf(c->what, sizeof(c->what), "%s 256x2048x640 + rounding", wname(kl_gemm_list[i].wt));
-    c->kind = 4, c->fn = (const void*)kl_gemm_list[i].gemm, c->fn2 = (const void*)kl_gemm_list[i].pack;
-    c->wt = kl_gemm_list[i].wt, c->reps = 1;
+    c->fn2 = (const void*)kl_gemm_list[i].pack;
     c->w = random_weights(KL_W_BF16, 2048 * 640);
   }
   for (size_t i = 0; i < kl_f32_gemm_count; i++) {
     if (kl_f32_gemm_list[i].arch & ~cpu) continue;
-    bcase* c = &cs[n++];
-    snprintf(c->list, sizeof(c->list), "f32-gemm");
-    snprintf(c->name, sizeof(c->name), "%s", kl_f32_gemm_list[i].name);
+    bcase* c = add_case(cs, &n, "f32-gemm", kl_f32_gemm_list[i].name, 6,
+                        (const void*)kl_f32_gemm_list[i].fn, KL_W_F32, 1);
     snprintf(c->what, sizeof(c->what), "16x2048x640, W in place");
-    c->kind = 6, c->fn = (const void*)kl_f32_gemm_list[i].fn, c->wt = KL_W_F32, c->reps = 1;
     c->w = random_weights(KL_W_F32, 2048 * 640);
   }
   for (size_t i = 0; i < kl_f32_pgemm_count; i++) {
     if (kl_f32_pgemm_list[i].arch & ~cpu) continue;
-    bcase* c = &cs[n++];
-    snprintf(c->list, sizeof(c->list), "f32-pgemm");
-    snprintf(c->name, sizeof(c->name), "%s", kl_f32_pgemm_list[i].name);
+    bcase* c = add_case(cs, &n, "f32-pgemm", kl_f32_pgemm_list[i].name, 7,
+                        (const void*)kl_f32_pgemm_list[i].fn, KL_W_F32, 1);
     snprintf(c->what, sizeof(c->what), "64x768x768, B in panels");
-    c->kind = 7, c->fn = (const void*)kl_f32_pgemm_list[i].fn, c->wt = KL_W_F32, c->reps = 1;
     c->w = random_weights(KL_W_F32, 768 * 768);
   }
   for (int i = 0; i < n; i++) run_case(&cs[i]); /* warm up */
