@@ -60,6 +60,26 @@ def test_without_openmp_the_own_pool_runs():
     assert out["jobs_own"] > 0 and out["jobs_openmp"] == 0
 
 
+def test_the_calling_thread_gets_its_cpu_set_back():
+    """The caller runs its share pinned to the CPU the workers leave free, and its
+    own CPU set (here a user's restriction to two CPUs) is back after the call."""
+    out = _run("""
+    import os
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cpus[-2:])
+    before = sorted(os.sched_getaffinity(0))
+    y1 = call()
+    after = sorted(os.sched_getaffinity(0))
+    os.environ["KOKORO_LSTM_PIN"] = "0"
+    y2 = call()
+    print(json.dumps(dict(_core.pool_info(), before=before, after=after,
+                          same=y1.tobytes() == y2.tobytes())))
+    """)
+    assert out["jobs_own"] >= 2
+    assert out["before"] == out["after"] and len(out["before"]) == 2
+    assert out["same"]
+
+
 def test_next_to_torch_the_openmp_team_runs_it_with_the_same_bits():
     require("torch")
     own = _run(AFTER_TORCH, env={"KOKORO_LSTM_POOL": "own"})

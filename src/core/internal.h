@@ -170,17 +170,24 @@ typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
 #define KL_MAX_THREADS 512 /* kl_pool_run clamps nth to it; < 1024: nth travels in the low bits of gen */
 kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx);
 
-/* Barrier for a fixed group of threads (one per direction group): spins
+/* Barrier for a fixed group of n threads, each with its own index i < n: a
+ * member announces its arrival in its own cache line (slot i) and waits until
+ * every slot has arrived as often, so no line is fought over by read-modify-
+ * writes (with a shared counter, 8 members per step of the recurrence spent
+ * 1.6-2.9 us per barrier on the 16-core Xeon against 2.2 us of work). Spins
  * briefly, then sleeps (futex on Linux), so a descheduled member costs its
  * group the wait and not a core each. */
+typedef struct kl_barrier_slot {
+  _Alignas(64) atomic_uint arrived;
+} kl_barrier_slot;
 typedef struct kl_barrier {
-  _Alignas(64) atomic_int count;
-  _Alignas(64) atomic_int phase;
-  atomic_int sleepers;
+  _Alignas(64) atomic_int sleepers;
+  atomic_int wake;
   int n;
+  kl_barrier_slot* slot; /* n slots, the caller's memory */
 } kl_barrier;
-void kl_barrier_init(kl_barrier* b, int n);
-void kl_barrier_wait(kl_barrier* b);
+void kl_barrier_init(kl_barrier* b, int n, kl_barrier_slot* slots);
+void kl_barrier_wait(kl_barrier* b, int i);
 
 /* ---- kernels: declared by their lists (src/kernels/<op>.inc) ---- */
 #if defined(__x86_64__) || defined(_M_X64)

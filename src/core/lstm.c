@@ -366,15 +366,20 @@ static void split(size_t n, int i, int p, size_t* lo, size_t* hi) {
 #define CHUNK 16
 /* Unit splitting runs in lockstep (a barrier per step), so every step waits
  * for the slowest thread of a chunk group. A group of fewer than CHUNK rows
- * (B < CHUNK) uses at most UNIT_SPLIT_SMALL threads: B = 1, H = 256 was
- * measured best at 4 (a thread's share of W_hh is then in its own cache), and
- * B = 4 at 8 threads per direction gained 12% in the best round but doubled the
- * median (16-core Xeon, 7.4 -> 17.4 ms). A full chunk splits down to one
+ * (B < CHUNK) uses at most UNIT_SPLIT_SMALL threads. At B = 1, H = 256 a
+ * thread's step is streaming its share of W_hh from its L2 (16-core Xeon:
+ * 4.0 us for 1/4 of it, 2.2 us for 1/8), so more threads help as long as the
+ * barrier stays cheap: with a per-member arrival slot (kl_barrier) and the
+ * caller pinned during the job (threadpool.c), 8 threads per direction beat 4
+ * (own builds alternated, medians: T = 256 B = 1 1.55-1.68 vs 1.89-2.09 ms,
+ * T = 32 0.19-0.22 vs 0.28-0.38, B = 4 4.36-4.63 vs 5.26-5.98). With the
+ * shared-counter barrier and a roaming caller 4 had been best, and B = 4 at 8
+ * doubled the median (7.4 -> 17.4 ms). A full chunk splits down to one
  * block of KL_NR units per thread: B = 16, 16 threads (8 per direction)
  * 48.1 -> 25.2 ms against dealing whole chunks (where only one thread per
  * direction had work), B = 64 109.8 -> 93.5 ms, B = 16 at 4 threads
  * 72.8 -> 58.6 ms (T = 256, I = 640, H = 256, medians of 21 alternated rounds). */
-#define UNIT_SPLIT_SMALL 4
+#define UNIT_SPLIT_SMALL 8
 #define SHORT_CALL_ROWS 128
 typedef struct split_plan {
   int cg, u; /* chunk groups, unit threads per chunk group; cg * u <= p */
@@ -472,10 +477,10 @@ static void run_direction(const run_ctx* x, int d, int gi, split_plan sp, int it
     }
     if (nb == 0) break;
     if (m->P) {
-      if (by_units) kl_barrier_wait(bar);
+      if (by_units) kl_barrier_wait(bar, ui);
       m->k.proj(m->H, pb0, pb1, x->L->w_hr[d], nb, hin, hout);
     }
-    if (by_units) kl_barrier_wait(bar);
+    if (by_units) kl_barrier_wait(bar, ui);
     for (size_t i = 0; i < nb; i++) memcpy(dst[i], (const char*)hout[i] + o0 * esz, (o1 - o0) * esz);
   }
 }
@@ -497,14 +502,14 @@ static void layer_task(void* ctx, int ith, int nth) {
     if (r1 > r0)
       x->m->k.to_bf16(r1 - r0, K, (const float*)x->in + r0 * (size_t)x->lda, (size_t)x->lda,
                       x->xb + r0 * Kp);
-    if (nth > 1) kl_barrier_wait(x->gbar);
+    if (nth > 1) kl_barrier_wait(x->gbar, ith);
   }
   if (x->Gw) input_gates(x, ith, nth);
   if (nth < D) { /* one thread: directions one after the other */
     for (int d = 0; d < D; d++) run_direction(x, d, 0, (split_plan){1, 1}, ith);
     return;
   }
-  kl_barrier_wait(x->gbar);
+  kl_barrier_wait(x->gbar, ith);
   const int p = threads_per_direction(nth, D), d = ith / p;
   if (d >= D) return;
   run_direction(x, d, ith % p, plan_split(p, x->B, x->m->Hp), ith);
@@ -704,6 +709,8 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   const split_plan sp = plan_split(threads_per_direction(nth, D), B, Hp);
   const size_t nbar = (size_t)D * (size_t)sp.cg + 1;
   kl_barrier* bar = aligned_alloc(64, kl_round_up(nbar * sizeof(kl_barrier), 64));
+  const size_t nslot = (nbar - 1) * (size_t)sp.u + (size_t)nth;
+  kl_barrier_slot* slots = aligned_alloc(64, nslot * sizeof(kl_barrier_slot));
   kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
   const void** ptrs = malloc((size_t)nth * 3 * (size_t)B * sizeof(void*));
   int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
@@ -715,7 +722,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     xb = malloc(TB * ((kmax + 1) / 2) * sizeof(uint32_t));
     if (!xb) goto done;
   }
-  if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !rows || !ptrs || !mine) goto done;
+  if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !slots || !rows || !ptrs || !mine) goto done;
   for (int i = 0; i < (nl > 2 ? 2 : nl - 1); i++)
     if (!(inter[i] = xalloc(TB * DR * esz))) goto done;
 
@@ -791,8 +798,8 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     for (int64_t b = 0; b < B; b++)
       for (int64_t t = len[b]; t < T; t++)
         memset(x.out + (size_t)(t * x.out_st + b * x.out_sb) * esz, 0, DR * esz);
-    for (size_t i = 0; i + 1 < nbar; i++) kl_barrier_init(&x.bar[i], sp.u);
-    kl_barrier_init(x.gbar, nth);
+    for (size_t i = 0; i + 1 < nbar; i++) kl_barrier_init(&x.bar[i], sp.u, slots + i * (size_t)sp.u);
+    kl_barrier_init(x.gbar, nth, slots + (nbar - 1) * (size_t)sp.u);
     /* BLAS runs single-threaded inside our threads (never oversubscribed). */
     const int blas_prev = kl_blas_get_num_threads();
     if (blas_prev != 1) kl_blas_set_num_threads(1);
@@ -818,6 +825,7 @@ done:
   free(len);
   free(ord);
   free(bar);
+  free(slots);
   free(rows);
   free(ptrs);
   free(mine);
