@@ -60,12 +60,55 @@ static int spin_while_equal(atomic_int* addr, int val, int64_t ns) {
   }
 }
 
+/* Sleep while *addr == val / wake every sleeper on addr. */
+#ifdef KL_LINUX
+static void wait_on(atomic_int* addr, int val) {
+  syscall(SYS_futex, (int*)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void wake_all(atomic_int* addr) {
+  syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#else
+/* A few mutex/condvar pairs shared by address: the waker changes *addr before
+ * taking the lock, the sleeper rechecks it under the lock, so no wake is lost;
+ * a wake meant for another address sharing the pair only causes a recheck. */
+#define KL_WAIT_SLOTS 16
+static pthread_mutex_t g_wait_lock[KL_WAIT_SLOTS];
+static pthread_cond_t g_wait_cond[KL_WAIT_SLOTS];
+static pthread_once_t g_wait_once = PTHREAD_ONCE_INIT;
+
+static void wait_init(void) {
+  for (int i = 0; i < KL_WAIT_SLOTS; i++) {
+    pthread_mutex_init(&g_wait_lock[i], NULL);
+    pthread_cond_init(&g_wait_cond[i], NULL);
+  }
+}
+
+static int wait_slot(const atomic_int* addr) {
+  pthread_once(&g_wait_once, wait_init);
+  return (int)(((uintptr_t)addr >> 6) % KL_WAIT_SLOTS);
+}
+
+static void wait_on(atomic_int* addr, int val) {
+  const int s = wait_slot(addr);
+  pthread_mutex_lock(&g_wait_lock[s]);
+  while (atomic_load(addr) == val) pthread_cond_wait(&g_wait_cond[s], &g_wait_lock[s]);
+  pthread_mutex_unlock(&g_wait_lock[s]);
+}
+
+static void wake_all(atomic_int* addr) {
+  const int s = wait_slot(addr);
+  pthread_mutex_lock(&g_wait_lock[s]);
+  pthread_cond_broadcast(&g_wait_cond[s]);
+  pthread_mutex_unlock(&g_wait_lock[s]);
+}
+#endif
+
 typedef struct {
   pthread_mutex_t job_lock;  /* held by the caller for a whole job */
-  pthread_mutex_t lock;      /* protects the condvar sleep */
-  pthread_cond_t wake;
   atomic_int gen;            /* (job sequence << 10) | nth of that job */
-  atomic_int sleepers;       /* workers asleep on the condvar */
+  atomic_int sleepers;       /* workers asleep on gen (futex) */
   atomic_int pending;        /* workers still running the current job */
   int n_workers;             /* threads started, excluding callers */
   /* current job: read only by its participants, which the caller waits for */
@@ -73,8 +116,7 @@ typedef struct {
   void* ctx;
 } kl_pool;
 
-static kl_pool g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-                         PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, NULL};
+static kl_pool g_pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, NULL, NULL};
 
 /* The generation current when each worker was created (under job_lock,
  * before the job that needed it was announced), so none misses that job. */
@@ -156,11 +198,11 @@ static void* worker_main(void* arg) {
   for (;;) {
     int g = spin_while_equal(&p->gen, seen, KL_SPIN_JOB_NS);
     if (g == seen) {
-      pthread_mutex_lock(&p->lock);
+      /* seq_cst: either the caller sees sleepers > 0 and wakes us, or we see
+       * its new gen (the futex also rechecks the value) */
       atomic_fetch_add(&p->sleepers, 1);
-      while ((g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->wake, &p->lock);
+      while ((g = atomic_load(&p->gen)) == seen) wait_on(&p->gen, seen);
       atomic_fetch_sub(&p->sleepers, 1);
-      pthread_mutex_unlock(&p->lock);
     }
     seen = g;
     const int nth = g & 1023; /* a worker outside the job reads nothing else */
@@ -196,8 +238,6 @@ static void ext_after_fork(void);
 static void atfork_child(void) {
   kl_pool* p = &g_pool;
   ext_after_fork();
-  pthread_mutex_init(&p->lock, NULL);
-  pthread_cond_init(&p->wake, NULL);
   atomic_store(&p->sleepers, 0);
   atomic_store(&p->pending, 0);
   p->n_workers = 0;
@@ -425,15 +465,12 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   p->fn = fn;
   p->ctx = ctx;
   atomic_store_explicit(&p->pending, nth - 1, memory_order_relaxed);
-  /* a sleeper registers under the lock before rechecking gen, so either it
-   * sees the new gen or we see it counted and wake it */
+  /* a sleeper registers before rechecking gen, so either it sees the new gen or
+   * we see it counted and wake it; all at once (a condvar broadcast woke them one
+   * after another through its mutex) */
   const int seq = ((atomic_load(&p->gen) >> 10) + 1) & 0x1fffff;
   atomic_store(&p->gen, (seq << 10) | nth);
-  if (atomic_load(&p->sleepers) > 0) {
-    pthread_mutex_lock(&p->lock);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-  }
+  if (atomic_load(&p->sleepers) > 0) wake_all(&p->gen);
 #ifdef KL_LINUX
   cpu_set_t saved;
 #else
@@ -450,51 +487,6 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
   pthread_mutex_unlock(&p->job_lock);
   return KL_OK;
 }
-
-/* Sleep while *addr == val / wake every sleeper on addr. */
-#ifdef KL_LINUX
-static void wait_on(atomic_int* addr, int val) {
-  syscall(SYS_futex, (int*)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void wake_all(atomic_int* addr) {
-  syscall(SYS_futex, (int*)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-#else
-/* A few mutex/condvar pairs shared by address: the waker changes *addr before
- * taking the lock, the sleeper rechecks it under the lock, so no wake is lost;
- * a wake meant for another address sharing the pair only causes a recheck. */
-#define KL_WAIT_SLOTS 16
-static pthread_mutex_t g_wait_lock[KL_WAIT_SLOTS];
-static pthread_cond_t g_wait_cond[KL_WAIT_SLOTS];
-static pthread_once_t g_wait_once = PTHREAD_ONCE_INIT;
-
-static void wait_init(void) {
-  for (int i = 0; i < KL_WAIT_SLOTS; i++) {
-    pthread_mutex_init(&g_wait_lock[i], NULL);
-    pthread_cond_init(&g_wait_cond[i], NULL);
-  }
-}
-
-static int wait_slot(const atomic_int* addr) {
-  pthread_once(&g_wait_once, wait_init);
-  return (int)(((uintptr_t)addr >> 6) % KL_WAIT_SLOTS);
-}
-
-static void wait_on(atomic_int* addr, int val) {
-  const int s = wait_slot(addr);
-  pthread_mutex_lock(&g_wait_lock[s]);
-  while (atomic_load(addr) == val) pthread_cond_wait(&g_wait_cond[s], &g_wait_lock[s]);
-  pthread_mutex_unlock(&g_wait_lock[s]);
-}
-
-static void wake_all(atomic_int* addr) {
-  const int s = wait_slot(addr);
-  pthread_mutex_lock(&g_wait_lock[s]);
-  pthread_cond_broadcast(&g_wait_cond[s]);
-  pthread_mutex_unlock(&g_wait_lock[s]);
-}
-#endif
 
 void kl_barrier_init(kl_barrier* b, int n, kl_barrier_slot* slots) {
   atomic_init(&b->sleepers, 0);
