@@ -122,12 +122,6 @@ static kl_pool g_pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, NULL, NULL};
  * before the job that needed it was announced), so none misses that job. */
 static int g_start_gen[KL_MAX_THREADS];
 
-/* Pins worker ith to the ith usable CPU (modulo their number) unless
- * KOKORO_LSTM_PIN=0. An unpinned worker woken after a sleep is often placed
- * on its waker's CPU, and the two then share one core until the scheduler
- * moves one: measured on the 2-vCPU machine, a 2-thread T=256 call after a
- * 30 ms pause ran at 1-thread speed (13.3 vs 6.4 ms). The caller (thread 0)
- * is never pinned. */
 #ifdef KL_LINUX
 static int pinning(void) {
   const char* env = getenv("KOKORO_LSTM_PIN");
@@ -154,6 +148,12 @@ static int pin_self(int cpu) {
 }
 #endif
 
+/* Pins worker ith to the ith usable CPU (modulo their number) unless
+ * KOKORO_LSTM_PIN=0. An unpinned worker woken after a sleep is often placed
+ * on its waker's CPU, and the two then share one core until the scheduler
+ * moves one: measured on the 2-vCPU machine, a 2-thread T=256 call after a
+ * 30 ms pause ran at 1-thread speed (13.3 vs 6.4 ms). The caller (thread 0)
+ * is pinned only while it runs a job (pin_caller). */
 static void pin_worker(int ith) {
 #ifdef KL_LINUX
   const int cpu = pinning() ? cpu_for(ith) : -1;
