@@ -163,12 +163,15 @@ def _core_readable(x, batch_first: bool) -> bool:
 
 def clear_cache() -> None:
     """Drop every packed LSTM from the engine's weight cache (shared by the NumPy API,
-    the torch ops and TVM's native method)."""
+    the torch ops and TVM's native method), and free the work buffers kept for reuse
+    (``cache_info()["scratch_bytes"]``, at most 256 MiB)."""
     _core.cache_clear()
 
 
 def cache_info() -> dict:
-    """The weight cache: entries, bytes, and hit/miss/repack counters."""
+    """The weight cache: entries, bytes, and hit/miss/repack counters; ``scratch_bytes``:
+    calls' large work buffers (the gate buffer, T*B*D*4H floats) kept so that the next
+    calls need not map and fault in fresh pages."""
     return _core.cache_info()
 
 

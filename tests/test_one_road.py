@@ -183,3 +183,28 @@ def test_torch_data_and_numpy_writes_are_never_stale():
         mod.bias_hh_l0_reverse.detach().numpy()[3] += 0.5
     assert err() < 1e-5
     assert kokoro_lstm.cache_info()["repacks"] == 2
+
+
+def test_work_buffers_are_kept_for_the_next_call_and_freed_by_clear_cache():
+    """A call's gate buffer is kept for the next calls (no fresh pages to fault in); what
+    it held before never shows in a result, and clear_cache frees it."""
+    kokoro_lstm.clear_cache()
+    assert kokoro_lstm.cache_info()["scratch_bytes"] == 0
+    rng = np.random.default_rng(7)
+    lstm = kokoro_lstm.LSTM(24, 32, bidirectional=True, num_threads=2)
+    xa = rng.standard_normal((40, 3, 24)).astype(np.float32)
+    xb = rng.standard_normal((40, 3, 24)).astype(np.float32)
+    ya = lstm(xa)[0]
+    kept = kokoro_lstm.cache_info()["scratch_bytes"]
+    assert kept >= 40 * 3 * 2 * 4 * 32 * 4  # T * B * D * 4H floats
+    yb = lstm(xb)[0]
+    ys = lstm(xa[:7, :1])[0]  # a smaller call reuses the same buffer
+    assert kokoro_lstm.cache_info()["scratch_bytes"] == kept
+    assert np.array_equal(lstm(xa)[0], ya) and np.array_equal(lstm(xb)[0], yb)
+    assert np.array_equal(lstm(xa[:7, :1])[0], ys)
+    sd = lstm.state_dict()
+    want = reference.lstm_forward(xa[:7, :1].astype(np.float64), sd["weight_ih_l0"], sd["weight_hh_l0"],
+                                  sd["bias_ih_l0"], sd["bias_hh_l0"])[0]
+    assert np.abs(ys[..., :32] - want).max() < TOL
+    kokoro_lstm.clear_cache()
+    assert kokoro_lstm.cache_info()["scratch_bytes"] == 0

@@ -189,6 +189,17 @@ typedef struct kl_barrier {
 void kl_barrier_init(kl_barrier* b, int n, kl_barrier_slot* slots);
 void kl_barrier_wait(kl_barrier* b, int i);
 
+/* Work buffers of a call that are large enough for the kernel to map fresh
+ * pages each time (cache.c): a call takes one of at least `bytes` (64-byte
+ * aligned, contents undefined; *cap its real size) and gives it back, and a few
+ * of them, KL_SCRATCH_KEEP bytes in all, are kept for the next calls, so those
+ * neither fault nor zero pages again (16-core Xeon, 16 threads, T = 256: B = 16
+ * 25-29 -> 16-22 ms, B = 64 91-100 -> 63-66, the 33-134 MB gate buffer's page
+ * faults contending across threads). kl_cache_clear frees the kept ones. */
+#define KL_SCRATCH_KEEP ((size_t)256 << 20)
+void* kl_scratch_take(size_t bytes, size_t* cap);
+void kl_scratch_give(void* p, size_t cap);
+
 /* ---- kernels: declared by their lists (src/kernels/<op>.inc) ---- */
 #if defined(__x86_64__) || defined(_M_X64)
 #define KL_HAVE_X86 1

@@ -700,7 +700,8 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   const size_t TB = (size_t)T * (size_t)B;
   /* fully written by the GEMM (or copy_gates); not needed when layer 0 reads
    * its gates in place and is the only layer */
-  char* G = gates_in_place && nl == 1 ? NULL : aligned_alloc(64, kl_round_up(TB * ldg * esz, 64));
+  size_t G_cap = 0, xb_cap = 0;
+  char* G = gates_in_place && nl == 1 ? NULL : kl_scratch_take(TB * ldg * esz, &G_cap);
   char* inter[2] = {NULL, NULL};
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
@@ -719,7 +720,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     size_t kmax = 0;
     for (int l = 0; l < nl; l++)
       if (m->layers[l].in_size > kmax) kmax = m->layers[l].in_size;
-    xb = malloc(TB * ((kmax + 1) / 2) * sizeof(uint32_t));
+    xb = kl_scratch_take(TB * ((kmax + 1) / 2) * sizeof(uint32_t), &xb_cap);
     if (!xb) goto done;
   }
   if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !slots || !rows || !ptrs || !mine) goto done;
@@ -818,7 +819,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   }
   status = KL_OK;
 done:
-  free(G);
+  kl_scratch_give(G, G_cap);
   free(inter[0]);
   free(inter[1]);
   free(state);
@@ -829,6 +830,6 @@ done:
   free(rows);
   free(ptrs);
   free(mine);
-  free(xb);
+  kl_scratch_give(xb, xb_cap);
   return status;
 }

@@ -182,7 +182,9 @@ const char* kl_last_error(void);
 /* Weight cache: drop every entry not in use; counters since start or clear. */
 typedef struct kl_cache_stats {
   int64_t entries, bytes, hits, misses, repacks;
+  int64_t scratch_bytes; /* calls' large work buffers kept for the next calls */
 } kl_cache_stats;
+/* Drops every cached entry and frees the kept work buffers. */
 void kl_cache_clear(void);
 /* Drops the entries of one owner (kl_forward_args.owner), e.g. when it dies. */
 void kl_cache_drop_owner(uint64_t owner);

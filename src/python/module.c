@@ -225,9 +225,9 @@ static PyObject* mod_cache_drop_owner(PyObject* m, PyObject* arg) {
 static PyObject* mod_cache_info(PyObject* m, PyObject* unused) {
   (void)m, (void)unused;
   const kl_cache_stats s = kl_cache_get_stats();
-  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "entries", (long long)s.entries, "bytes",
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "entries", (long long)s.entries, "bytes",
                        (long long)s.bytes, "hits", (long long)s.hits, "misses", (long long)s.misses,
-                       "repacks", (long long)s.repacks);
+                       "repacks", (long long)s.repacks, "scratch_bytes", (long long)s.scratch_bytes);
 }
 
 /* Test hook: a Python callable run after packing, before caching. */
@@ -450,7 +450,7 @@ static PyMethodDef module_methods[] = {
      "constant_weights=False, owner=0, gate_bias=None, x_gates=False): "
      "the C entry kl_lstm_forward (GIL released)."},
     {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM."},
-    {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters."},
+    {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters, and the bytes of work buffers kept for reuse."},
     {"cache_drop_owner", mod_cache_drop_owner, METH_O, "Drop the cache entries of one owner token."},
     {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},
     {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},

@@ -1830,6 +1830,37 @@ done:
   free(p);
 }
 
+/* The kept work buffers: best fit, at most KL_SCRATCH_KEEP kept, all freed by
+ * kl_cache_clear (ASan checks that nothing leaks or is freed twice). */
+static void test_scratch(void) {
+  kl_cache_clear();
+  size_t cap[5];
+  void* p[5];
+  const size_t sizes[5] = {1000, 4096, 100000, 64, 0};
+  for (int i = 0; i < 5; i++) {
+    p[i] = kl_scratch_take(sizes[i], &cap[i]);
+    check(p[i] && cap[i] >= sizes[i] && cap[i] % 64 == 0 && ((uintptr_t)p[i] & 63) == 0,
+          "[scratch] take(%zu): 64-aligned, cap %zu", sizes[i], cap[i]);
+    if (p[i]) memset(p[i], 0x5a, cap[i]);
+  }
+  for (int i = 0; i < 5; i++) kl_scratch_give(p[i], cap[i]); /* 4 slots: the 64-byte one goes */
+  const kl_cache_stats s = kl_cache_get_stats();
+  check(s.scratch_bytes == (int64_t)(cap[0] + cap[1] + cap[2] + cap[4]) ||
+            s.scratch_bytes == (int64_t)(cap[0] + cap[1] + cap[2] + cap[3]),
+        "[scratch] four largest kept: %lld bytes", (long long)s.scratch_bytes);
+  size_t c;
+  void* q = kl_scratch_take(3000, &c);
+  check(q == p[1] && c == cap[1], "[scratch] take(3000) returns the kept 4096-byte buffer (best fit)");
+  kl_scratch_give(q, c);
+  /* a buffer beyond the keep limit is freed, not kept (its size as given) */
+  void* big = malloc(64);
+  kl_scratch_give(big, KL_SCRATCH_KEEP + 64);
+  check(kl_cache_get_stats().scratch_bytes == s.scratch_bytes, "[scratch] one beyond the limit is not kept");
+  kl_cache_clear();
+  check(kl_cache_get_stats().scratch_bytes == 0, "[scratch] kl_cache_clear frees the kept buffers");
+  kl_scratch_give(NULL, 64);
+}
+
 int main(void) {
   const kl_isa best = kl_isa_detected();
   printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
@@ -1840,6 +1871,7 @@ int main(void) {
 
   test_bad_args();
   test_gate_args();
+  test_scratch();
   test_kernel_lists();
   test_dense_matmul();
   test_dense_matmul_split();
