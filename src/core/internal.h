@@ -190,7 +190,8 @@ void kl_barrier_init(kl_barrier* b, int n, kl_barrier_slot* slots);
 void kl_barrier_wait(kl_barrier* b, int i);
 
 /* Work buffers of a call that are large enough for the kernel to map fresh
- * pages each time (cache.c): a call takes one of at least `bytes` (64-byte
+ * pages each time (cache.c; lstm.c's gate buffer, layer outputs between
+ * layers, bfloat16 inputs): a call takes one of at least `bytes` (64-byte
  * aligned, contents undefined; *cap its real size) and gives it back, and a few
  * of them, KL_SCRATCH_KEEP bytes in all, are kept for the next calls, so those
  * neither fault nor zero pages again (16-core Xeon, 16 threads, T = 256: B = 16

@@ -703,6 +703,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   size_t G_cap = 0, xb_cap = 0;
   char* G = gates_in_place && nl == 1 ? NULL : kl_scratch_take(TB * ldg * esz, &G_cap);
   char* inter[2] = {NULL, NULL};
+  size_t inter_cap[2] = {0, 0};
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
   int32_t* ord = malloc((size_t)B * sizeof(int32_t));
@@ -724,8 +725,9 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     if (!xb) goto done;
   }
   if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !slots || !rows || !ptrs || !mine) goto done;
+  /* layer outputs between layers: every row is written (zeros past a length) */
   for (int i = 0; i < (nl > 2 ? 2 : nl - 1); i++)
-    if (!(inter[i] = xalloc(TB * DR * esz))) goto done;
+    if (!(inter[i] = kl_scratch_take(TB * DR * esz, &inter_cap[i]))) goto done;
 
   for (int64_t b = 0; b < B; b++) len[b] = a->lengths ? a->lengths[b] : T;
   /* stable insertion sort by decreasing length (B is small in practice) */
@@ -820,8 +822,8 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   status = KL_OK;
 done:
   kl_scratch_give(G, G_cap);
-  free(inter[0]);
-  free(inter[1]);
+  kl_scratch_give(inter[0], inter_cap[0]);
+  kl_scratch_give(inter[1], inter_cap[1]);
   free(state);
   free(len);
   free(ord);
