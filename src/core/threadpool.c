@@ -45,18 +45,22 @@ static int64_t now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* One pause of a spin that may last ns: 0 once ns have passed since its first
+ * pause (i counts the pauses from 0; the clock is read every 64th). */
+static int spin_pause(unsigned i, int64_t* deadline, int64_t ns) {
+  KL_PAUSE();
+  if ((i & 63) != 0) return 1;
+  const int64_t t = now_ns();
+  if (*deadline == 0) *deadline = t + ns;
+  return t <= *deadline;
+}
+
 /* Spins (pause) until *addr != val or ns have passed; returns the last value read. */
 static int spin_while_equal(atomic_int* addr, int val, int64_t ns) {
   int64_t deadline = 0;
   for (unsigned i = 0;; i++) {
     const int v = atomic_load_explicit(addr, memory_order_acquire);
-    if (v != val) return v;
-    KL_PAUSE();
-    if ((i & 63) == 0) {
-      const int64_t t = now_ns();
-      if (deadline == 0) deadline = t + ns;
-      else if (t > deadline) return v;
-    }
+    if (v != val || !spin_pause(i, &deadline, ns)) return v;
   }
 }
 
@@ -128,15 +132,13 @@ static int pinning(void) {
   return !(env && strcmp(env, "0") == 0);
 }
 
-/* The CPU for thread ith of a job: the (ith % n)-th of the n CPUs this thread
- * may run on, or -1 (fewer than 2). */
-static int cpu_for(int ith) {
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return -1;
-  const int n = CPU_COUNT(&allowed);
+/* The CPU for thread ith of a job: the (ith % n)-th of the n CPUs allowed (the
+ * calling thread's set), or -1 (fewer than 2). */
+static int cpu_for(int ith, const cpu_set_t* allowed) {
+  const int n = CPU_COUNT(allowed);
   if (n < 2) return -1;
   for (int c = 0, k = -1; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &allowed) && ++k == ith % n) return c;
+    if (CPU_ISSET(c, allowed) && ++k == ith % n) return c;
   return -1;
 }
 
@@ -156,7 +158,9 @@ static int pin_self(int cpu) {
  * is pinned only while it runs a job (pin_caller). */
 static void pin_worker(int ith) {
 #ifdef KL_LINUX
-  const int cpu = pinning() ? cpu_for(ith) : -1;
+  cpu_set_t allowed;
+  if (!pinning() || pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0) return;
+  const int cpu = cpu_for(ith, &allowed);
   if (cpu >= 0) pin_self(cpu);
 #else
   (void)ith;
@@ -173,8 +177,8 @@ static int pin_caller(void* saved) {
 #ifdef KL_LINUX
   cpu_set_t* old = saved;
   if (!pinning() || pthread_getaffinity_np(pthread_self(), sizeof(*old), old) != 0) return 0;
-  const int cpu = cpu_for(0);
-  if (cpu < 0 || (CPU_COUNT(old) == 1 && CPU_ISSET(cpu, old))) return 0;
+  const int cpu = cpu_for(0, old); /* its set has at least 2 CPUs, so it moves */
+  if (cpu < 0) return 0;
   return pin_self(cpu);
 #else
   (void)saved;
@@ -515,13 +519,8 @@ void kl_barrier_wait(kl_barrier* b, int i) {
     wake_all(&b->wake);
   }
   int64_t deadline = 0;
-  for (unsigned k = 1; !all_arrived(b, round); k++) {
-    KL_PAUSE();
-    if ((k & 63) != 0) continue;
-    const int64_t t = now_ns();
-    if (deadline == 0) deadline = t + KL_SPIN_BARRIER_NS;
-    else if (t > deadline) break;
-  }
+  for (unsigned k = 0; !all_arrived(b, round); k++)
+    if (!spin_pause(k, &deadline, KL_SPIN_BARRIER_NS)) break;
   if (all_arrived(b, round)) return;
   atomic_fetch_add(&b->sleepers, 1);
   for (;;) {
