@@ -175,7 +175,7 @@ def pack_panels(w, trans):
     """op(w) packed for ``matmul_v1``'s ``b_panels``: w is [N, K] (``trans``, a
     linear's weight) or [K, N]; the result [ceil(N / 32), K, 32] float32 holds
     columns 32p.. of op(w) = [K, N] in panel p, zeros past N (the engine's
-    ``kl_pgemm_pack``)."""
+    panel layout, src/core/internal.h at KL_PGEMM_NR)."""
     import numpy as np
 
     b = np.asarray(w, dtype=np.float32)

@@ -66,9 +66,9 @@ typedef void (*kl_f32_gemm_ukernel_fn)(size_t M, size_t N, size_t K, const float
 #define KL_PGEMM_NR 32
 typedef void (*kl_f32_pgemm_ukernel_fn)(size_t M, size_t n, size_t K, const float* A, size_t lda,
                                         const float* P, const float* init, float* C, size_t ldc);
-/* B packed for the kernels (pgemm.c): op(W) with W [N, K] rows of stride ldw
- * (trans 1) or [K, N] (trans 0) into out[ceil(N / 32)][K][32], zeros past N. */
-void kl_pgemm_pack(int64_t N, int64_t K, const float* w, int64_t ldw, int trans, float* out);
+/* B packed for the kernels: P[ceil(N / 32)][K][32], P[p][k][j] = B[k][32 p + j],
+ * zeros past N (packed by the TVM lowering, kokoro_lstm.tvm._dense.pack_panels,
+ * and by lstm.c for W_ih). */
 /* C[m, 32 p0 .. min(32 p1, N)) (ldc) = init + A[m, K] (lda) op(B) for the panels
  * [p0, p1) of a packed B; init: bias (N values of stride sbias) or zeros; K in
  * blocks of KL_PGEMM_KC (a panel's block, 32 KiB, stays in L1 for all m rows),

@@ -18,8 +18,8 @@
  *   W_ih as bfloat16 (dtype bfloat16 with AVX512_BF16): 64-column panels, see
  *         bf16-gemm-avx512bf16.c; the layer input is rounded to bfloat16 pairs per run
  *   W_ih in float32 panels (KL_PACK_WIH_PANELS, weights that cannot change behind
- *         the object): 32-column panels over the D*4*Hp gate columns, kl_pgemm_pack's
- *         layout (pgemm.c), besides the borrowed or packed W_ih above
+ *         the object): 32-column panels over the D*4*Hp gate columns, the layout of
+ *         internal.h's KL_PGEMM_NR, besides the borrowed or packed W_ih above
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ typedef struct kl_layer {
   void* w_ih;     /* packed, io type */
   uint16_t* w_ih_bf16; /* 64-column bfloat16 panels of w_ih, when kernels.gemm */
   float* w_ih_pan;     /* float32 W_ih in 32-column panels over all D*4*Hp gate
-                          columns (kl_pgemm_pack's layout), with KL_PACK_WIH_PANELS */
+                          columns (internal.h's panel layout), with KL_PACK_WIH_PANELS */
   void* w_hh[2];  /* panels, weight type */
   void* bias[2];  /* io type */
   void* w_hr[2];  /* panels, weight type, or NULL */
@@ -241,10 +241,9 @@ kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int fla
       L->w_ih = malloc_packed(m, (size_t)D * 4 * Hp * L->in_size * m->esz);
       if (!L->w_ih) goto nomem;
     }
-    if (panels) { /* D*4*Hp is a multiple of 32: whole panels */
+    if (panels) { /* D*4*Hp is a multiple of 32: whole panels; zeroed (padding units) */
       L->w_ih_pan = malloc_packed(m, (size_t)D * 4 * Hp * L->in_size * sizeof(float));
       if (!L->w_ih_pan) goto nomem;
-      memset(L->w_ih_pan, 0, (size_t)D * 4 * Hp * L->in_size * sizeof(float));
     }
     if (m->k.gemm) {
       const size_t Kp = (L->in_size + 1) / 2, N = (size_t)D * 4 * Hp;

@@ -8,20 +8,6 @@
  * the tasks, the thread count nor the ISA. */
 #include "internal.h"
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-void kl_pgemm_pack(int64_t N, int64_t K, const float* w, int64_t ldw, int trans, float* out) {
-  const int64_t np = cdiv(N, KL_PGEMM_NR);
-  for (int64_t p = 0; p < np; p++)
-    for (int64_t k = 0; k < K; k++) {
-      float* o = out + (p * K + k) * KL_PGEMM_NR;
-      for (int64_t j = 0; j < KL_PGEMM_NR; j++) {
-        const int64_t n = p * KL_PGEMM_NR + j;
-        o[j] = n >= N ? 0.0f : trans ? w[n * ldw + k] : w[k * ldw + n];
-      }
-    }
-}
-
 void kl_pgemm_panels(kl_f32_pgemm_ukernel_fn kern, int64_t m, int64_t N, int64_t K,
                      const float* A, int64_t lda, const float* P, const float* bias, int64_t sbias,
                      float* C, int64_t ldc, int64_t p0, int64_t p1) {

@@ -32,7 +32,7 @@ typedef struct kl_matmul_args {
   int trans_b;
   /* 1: B[b] is packed in panels (trans_b and ldb unused): [ceil(N / 32)][K][32]
    * compact floats, panel p holding columns 32p.. of op(B) row k at [p][k][:],
-   * zeros past N (kl_pgemm_pack, internal.h). Runs the f32-pgemm kernel list instead of
+   * zeros past N (internal.h, KL_PGEMM_NR). Runs the f32-pgemm kernel list instead of
    * OpenBLAS: no packing per call, which pays at few rows (see dense.c). */
   int b_panels;
   const float* bias;
@@ -45,7 +45,7 @@ typedef struct kl_matmul_args {
 
 kl_status kl_f32_matmul(const kl_matmul_args* args);
 
-/* Width of B's panels for b_panels (KL_PGEMM_NR; kl_pgemm_pack packs them). */
+/* Width of B's panels for b_panels (KL_PGEMM_NR). */
 #define KL_DENSE_PANEL 32
 
 /* y[n] = conv1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's Conv1d):

@@ -1700,7 +1700,10 @@ static void test_dense_matmul_panels(void) {
     for (int64_t i = 0; i < batch * M * K; i++) A[i] = frand(&st);
     for (int64_t i = 0; i < N * K; i++) W[i] = frand(&st);
     for (int64_t i = 0; i < 2 * N; i++) bias[i] = frand(&st);
-    kl_pgemm_pack(N, K, W, K, 1, P);
+    for (int64_t q = 0; q < (N + KL_PGEMM_NR - 1) / KL_PGEMM_NR; q++) /* W^T in panels */
+      for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < KL_PGEMM_NR; j++)
+          P[(q * K + k) * KL_PGEMM_NR + j] = q * KL_PGEMM_NR + j < N ? W[(q * KL_PGEMM_NR + j) * K + k] : 0.0f;
     const int threads[5] = {1, 1, 2, 3, 8};
     s = KL_OK;
     for (int act = 0; act < 2 && s == KL_OK; act++) {
