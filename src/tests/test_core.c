@@ -1339,10 +1339,10 @@ static void test_rsum_kernel(const kl_rsum_entry* k, const kl_rsum_entry* ref) {
 /* A low-precision input projection against a double product of the same
  * rounded values: M around the row tile, odd K, one and two column panels. */
 static void test_gemm_kernel(const kl_gemm_entry* k) {
-  const size_t Ms[] = {1, 6, 13, 16, 18, 35}, Ks[] = {1, 37, 64}, Ns[] = {64, 128};
+  const size_t Ms[] = {1, 6, 13, 16, 18, 35, 47}, Ks[] = {1, 37, 64}, Ns[] = {64, 192};
   char why[160] = "";
   int ok = 1;
-  for (size_t mi = 0; mi < 6 && ok; mi++)
+  for (size_t mi = 0; mi < 7 && ok; mi++)
     for (size_t ki = 0; ki < 3 && ok; ki++)
       for (size_t ni = 0; ni < 2 && ok; ni++) {
         const size_t M = Ms[mi], K = Ks[ki], N = Ns[ni], Kp = (K + 1) / 2, ldx = K + 3, ldc = N + 5;
@@ -1389,7 +1389,7 @@ static void test_gemm_kernel(const kl_gemm_entry* k) {
         free(W);
       }
   check(ok, "[kernel %s] %s GEMM (with %s) vs a double product of the rounded values: M = 1, 6, "
-        "13, 16, 18, 35, K = 1, 37, 64, N = 64, 128%s", k->name, wtype_name(k->wt), k->isa, why);
+        "13, 16, 18, 35, 47, K = 1, 37, 64, N = 64, 192%s", k->name, wtype_name(k->wt), k->isa, why);
 }
 
 /* A float32 few-row projection against a double product: odd M, N and K around
