@@ -549,6 +549,50 @@ def test_isa_results_vs_reference(isa):
                      reverse=True)
 
 
+def test_float32_products_on_amx_tiles():
+    """Calls of 1024 rows or more (T * B) run their float32 input projections as
+    six bfloat16 products on AMX tiles where the CPU has them (f32-x6gemm):
+    within the float32 tolerance of float64 at every ISA level, the same bits for
+    any thread count; an infinity in a layer's input (it cannot be split) sends
+    that layer to the float32 path, so the AMX level then gives avx512-bf16's
+    bits (same cells) for a one-layer call."""
+    rng = np.random.default_rng(64)
+    T, B, I, H, L = 64, 17, 640, 64, 2  # 1088 rows; layer 1 reads 2H = 128 columns
+    params = make_params(rng, I, H, L, True)
+    x = randn(rng, T, B, I)
+    ln = rng.integers(1, T + 1, size=B)
+    ref = reference.lstm(x, f64(params), num_layers=L, bidirectional=True, lengths=ln)
+    w = (params["weight_ih_l0"], params["weight_hh_l0"], params["bias_ih_l0"], params["bias_hh_l0"])
+    xi = x.copy()
+    xi[3, 5, 100] = np.inf
+    orig = _core.get_isa()
+    got = {}
+    try:
+        for isa in _supported_isas():
+            _core.set_isa(isa)
+            kl.clear_cache()  # kernels are chosen when weights are packed
+            m = kl.LSTM.from_state_dict(params)
+            runs = [m(x, lengths=ln, num_threads=n) for n in (1, 2, 3)]
+            check_result(runs[0], ref, "float32")
+            for r in runs[1:]:
+                for a, b in zip(_flat(r), _flat(runs[0])):
+                    np.testing.assert_array_equal(a, b)
+            got[isa] = (kl.lstm_forward(x, *w, num_threads=2), kl.lstm_forward(xi, *w, num_threads=2))
+    finally:
+        _core.set_isa(orig)
+    if "avx512-amx" in got:
+        amx, f32 = got["avx512-amx"], got["avx512-bf16"]
+        for a, b in zip(amx[1], f32[1]):
+            np.testing.assert_array_equal(a, b)
+        # and the finite call did take the tiles (other bits than the float32 path)
+        assert not np.array_equal(amx[0][0], f32[0][0])
+
+
+def _flat(res):
+    out, (h, c) = res
+    return out, h, c
+
+
 def _sigmoid64(x):
     return reference._sigmoid(x.astype(np.float64))
 

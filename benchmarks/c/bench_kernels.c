@@ -6,7 +6,8 @@
  *          (the weights stay hot in cache: this is the kernel's own speed)
  *   proj   a projection H = 256 -> P = 128, B = 1
  *   sigmoid/tanh  1024 values;  rsum  1 MiB;  gemm  the input projection
- *          M = 256 rows, N = 2048 columns, K = 640 (plus rounding the input)
+ *          M = 256 rows, N = 2048 columns, K = 640 (plus rounding the input; the
+ *          float32 six-product one plus splitting both operands)
  * Every kernel is timed once per round, rounds alternate over all kernels, and
  * the median and minimum over the rounds are printed in ns per call (per step
  * for the cell), so a neighbour's load spreads over every kernel alike.
@@ -75,7 +76,7 @@ typedef struct bcase {
   double samples[256];
   int ns;
   /* the call */
-  int kind; /* 0 cell, 1 proj, 2 vunary, 3 rsum, 4 gemm, 5 fingerprint, 6 f32 gemm */
+  int kind; /* 0 cell, 1 proj, 2 vunary, 3 rsum, 4 gemm, 5 fingerprint, 6 f32 gemm, 7 pgemm, 8 x6 gemm */
   const void* fn;
   const void* fn2;
   kl_wtype wt;
@@ -129,6 +130,20 @@ static void run_case(bcase* c) {
         ((kl_f32_pgemm_ukernel_fn)c->fn)(M, KL_PGEMM_NR, K, (const float*)io, K,
                                          (const float*)c->w + p * K * KL_PGEMM_NR, (const float*)io,
                                          (float*)io + M * K + p * KL_PGEMM_NR, N);
+      break;
+    }
+    case 8: { /* Kokoro's float32 input projection, both operands split and packed each call */
+      const size_t M = 256, N = 2048, K = 640, sa = kl_x6_split_bytes(M, K), sw = kl_x6_split_bytes(N, K);
+      const kl_x6gemm_entry* e = c->fn2;
+      const float* X = (const float*)(io + M * K * 4 + M * N * 4);
+      const float* rows[2048];
+      for (size_t n = 0; n < N; n++) rows[n] = (const float*)c->w + n * K;
+      uint8_t* A = (uint8_t*)c->w + N * K * 4; /* after W: 3 * (sa + sw) bytes */
+      for (int r = 0; r < c->reps; r++) {
+        e->pack_a(M, K, X, K, 0, M, A, sa);
+        e->pack_w(K, rows, 0, N, A + 3 * sa, sw);
+        e->gemm(M, N, (K + 31) / 32, A, sa, A + 3 * sa, sw, (float*)io, N);
+      }
       break;
     }
     case 5: {
@@ -231,6 +246,15 @@ int main(int argc, char** argv) {
     snprintf(c->what, sizeof(c->what), "%s 256x2048x640 + rounding", wname(kl_gemm_list[i].wt));
     c->fn2 = (const void*)kl_gemm_list[i].pack;
     c->w = random_weights(KL_W_BF16, 2048 * 640);
+  }
+  for (size_t i = 0; i < kl_x6gemm_count; i++) {
+    if (kl_x6gemm_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "f32-x6gemm", kl_x6gemm_list[i].name, 8,
+                        (const void*)kl_x6gemm_list[i].gemm, KL_W_F32, 1);
+    snprintf(c->what, sizeof(c->what), "256x2048x640 + packing A, W");
+    c->fn2 = (const void*)&kl_x6gemm_list[i];
+    c->w = xalloc(2048 * 640 * 4 + 3 * (kl_x6_split_bytes(256, 640) + kl_x6_split_bytes(2048, 640)));
+    for (size_t j = 0; j < 2048 * 640; j++) ((float*)c->w)[j] = frand(-0.05f, 0.05f);
   }
   for (size_t i = 0; i < kl_f32_gemm_count; i++) {
     if (kl_f32_gemm_list[i].arch & ~cpu) continue;

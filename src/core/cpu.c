@@ -204,6 +204,12 @@ const kl_gemm_entry kl_gemm_list[] = {
     {0, KL_W_F32, NULL, NULL, NULL, NULL} /* end (the list may be empty) */
 };
 #undef KL_GEMM
+#define KL_X6GEMM(arch, isa, gemm, pack_a, pack_w) {arch, #isa, #gemm, gemm, pack_a, pack_w},
+const kl_x6gemm_entry kl_x6gemm_list[] = {
+#include "f32-x6gemm.inc"
+    {0, NULL, NULL, NULL, NULL, NULL} /* end (the list may be empty) */
+};
+#undef KL_X6GEMM
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 const size_t kl_lstmcell_count = COUNT(kl_lstmcell_list);
 const size_t kl_lstmproj_count = COUNT(kl_lstmproj_list);
@@ -215,6 +221,7 @@ const size_t kl_softmax_count = COUNT(kl_softmax_list);
 const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
 const size_t kl_f32_gemm_count = COUNT(kl_f32_gemm_list) - 1;
 const size_t kl_f32_pgemm_count = COUNT(kl_f32_pgemm_list);
+const size_t kl_x6gemm_count = COUNT(kl_x6gemm_list) - 1;
 
 /* The first entry of a list for type wt whose features the active level allows
  * (NULL if none: lists end with a scalar entry per type, except the GEMM's). */
@@ -258,6 +265,13 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
                   .pgemm = first_vector_pgemm(wt, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
+  for (size_t i = 0; wt == KL_W_F32 && i < kl_x6gemm_count; i++)
+    if ((kl_x6gemm_list[i].arch & ~arch) == 0) {
+      k.x6gemm = kl_x6gemm_list[i].gemm;
+      k.x6pack_a = kl_x6gemm_list[i].pack_a;
+      k.x6pack_w = kl_x6gemm_list[i].pack_w;
+      break;
+    }
   return k;
 }
 

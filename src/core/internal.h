@@ -49,6 +49,29 @@ typedef void (*kl_bf16_gemm_ukernel_fn)(size_t M, size_t N, size_t Kp, const uin
 typedef void (*kl_f32_to_bf16_pairs_fn)(size_t M, size_t K, const float* X, size_t ldx,
                                         uint32_t* out);
 
+/* float32 products on AMX tiles, six bfloat16 products per element
+ * (f32-x6gemm-amx.c: operand layout, accuracy): the packers split float32 rows
+ * into three bfloat16 tile blocks each (split s at + s*stride bytes) and return
+ * 1 when a value cannot be split (non-finite); the GEMM takes M rows of the A
+ * blocks, N (a multiple of 32) columns of the W blocks and nks = ceil(K / 32). */
+typedef void (*kl_f32_x6gemm_ukernel_fn)(size_t M, size_t N, size_t nks, const uint8_t* A, size_t sa,
+                                         const uint8_t* W, size_t sw, float* C, size_t ldc);
+typedef int (*kl_f32_x6pack_a_fn)(size_t M, size_t K, const float* X, size_t ldx, size_t m0,
+                                  size_t m1, uint8_t* A, size_t sa);
+typedef int (*kl_f32_x6pack_w_fn)(size_t K, const float* const* rows, size_t c0, size_t c1,
+                                  uint8_t* W, size_t sw);
+/* bytes of one split of the packed A (rows) or W (columns) */
+static inline size_t kl_x6_split_bytes(size_t rows, size_t K) {
+  return kl_round_up(rows, 32) * ((K + 31) / 32) * 16 * sizeof(uint32_t);
+}
+
+/* Calls of at least this many rows (T * B) run their float32 input projection
+ * on AMX tiles when the level allows it (f32-x6gemm.inc). Measured: see
+ * benchmarks/RESULTS.md. -D overrides it. */
+#ifndef KL_X6_MIN_M
+#define KL_X6_MIN_M 1024
+#endif
+
 /* float32 input projection for few rows: C[M, N] (ldc) = A[M, K] (lda) * W[N, K]^T (ldw). */
 typedef void (*kl_f32_gemm_ukernel_fn)(size_t M, size_t N, size_t K, const float* A, size_t lda,
                                        const float* W, size_t ldw, float* C, size_t ldc);
@@ -90,6 +113,10 @@ typedef struct kl_kernels {
    * (the scalar entry is no match for OpenBLAS) */
   kl_f32_pgemm_ukernel_fn pgemm;
   kl_f32_to_bf16_pairs_fn to_bf16;
+  /* float32 with AMX: the six-product GEMM and its packers, else NULL */
+  kl_f32_x6gemm_ukernel_fn x6gemm;
+  kl_f32_x6pack_a_fn x6pack_a;
+  kl_f32_x6pack_w_fn x6pack_w;
 } kl_kernels;
 
 /* AMX tiles pay for the recurrence only with several rows per tile product:
@@ -252,6 +279,12 @@ unsigned kl_arch_active(void);   /* those the active ISA level allows */
   void pack(size_t, size_t, const float*, size_t, uint32_t*);
 #include "bf16-gemm.inc"
 #undef KL_GEMM
+#define KL_X6GEMM(arch, isa, gemm, pack_a, pack_w)                                                 \
+  void gemm(size_t, size_t, size_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, size_t); \
+  int pack_a(size_t, size_t, const float*, size_t, size_t, size_t, uint8_t*, size_t);               \
+  int pack_w(size_t, const float* const*, size_t, size_t, uint8_t*, size_t);
+#include "f32-x6gemm.inc"
+#undef KL_X6GEMM
 
 /* The lists as tables (cpu.c), in list order, for the dispatch, the tests and
  * the benchmarks. */
@@ -278,17 +311,26 @@ typedef struct kl_gemm_entry {
   kl_bf16_gemm_ukernel_fn gemm;
   kl_f32_to_bf16_pairs_fn pack;
 } kl_gemm_entry;
+typedef struct kl_x6gemm_entry {
+  unsigned arch;
+  const char* isa;
+  const char* name;
+  kl_f32_x6gemm_ukernel_fn gemm;
+  kl_f32_x6pack_a_fn pack_a;
+  kl_f32_x6pack_w_fn pack_w;
+} kl_x6gemm_entry;
 extern const kl_lstmcell_entry kl_lstmcell_list[];
 extern const kl_lstmproj_entry kl_lstmproj_list[];
 extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[], kl_softmax_list[];
 extern const kl_rsum_entry kl_rsum_list[];
 extern const kl_fp_entry kl_fp_list[];
 extern const kl_gemm_entry kl_gemm_list[];
+extern const kl_x6gemm_entry kl_x6gemm_list[];
 extern const kl_f32_gemm_entry kl_f32_gemm_list[];
 extern const kl_f32_pgemm_entry kl_f32_pgemm_list[];
 extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count,
     kl_rsum_count, kl_fp_count, kl_softmax_count, kl_gemm_count, kl_f32_gemm_count,
-    kl_f32_pgemm_count;
+    kl_f32_pgemm_count, kl_x6gemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {

@@ -313,6 +313,15 @@ typedef struct run_ctx {
   const char* in;
   int64_t lda;
   uint32_t* xb; /* the input rows in bfloat16 pairs [T*B][Kp], bf16 GEMM only */
+  /* float32 input projection on AMX tiles (x6, this layer): its operands split
+   * into bfloat16 (3 splits of sa / sw bytes at x6a / x6w), W_ih's columns as
+   * rows (x6rows[n], NULL for padding units); x6_bad: some value could not be
+   * split, the layer takes the float32 path */
+  int x6;
+  uint8_t *x6a, *x6w;
+  size_t x6_sa, x6_sw;
+  const float** x6rows;
+  atomic_int* x6_bad;
   /* input gates: read at G (row stride ldg); computed into Gw by input_gates,
    * or, for a layer 0 whose gates the caller gave as they are, read from x
    * itself (Gw NULL) */
@@ -503,6 +512,18 @@ static void layer_task(void* ctx, int ith, int nth) {
                       x->xb + r0 * Kp);
     if (nth > 1) kl_barrier_wait(x->gbar, ith);
   }
+  if (x->x6) { /* float32 on AMX tiles: split this thread's 32-row blocks and W_ih's 32-column blocks */
+    const size_t M = (size_t)(x->T * x->B), K = x->L->in_size, N = (size_t)D * 4 * x->m->Hp;
+    size_t b0, b1, c0, c1;
+    split((M + 31) / 32, ith, nth, &b0, &b1);
+    split(N / 32, ith, nth, &c0, &c1);
+    int bad = 0;
+    if (b1 > b0)
+      bad |= x->m->k.x6pack_a(M, K, (const float*)x->in, (size_t)x->lda, b0 * 32, b1 * 32, x->x6a, x->x6_sa);
+    if (c1 > c0) bad |= x->m->k.x6pack_w(K, x->x6rows, c0 * 32, c1 * 32, x->x6w, x->x6_sw);
+    if (bad) atomic_store_explicit(x->x6_bad, 1, memory_order_relaxed); /* the barrier orders it */
+    if (nth > 1) kl_barrier_wait(x->gbar, ith);
+  }
   if (x->Gw) input_gates(x, ith, nth);
   if (nth < D) { /* one thread: directions one after the other */
     for (int d = 0; d < D; d++) run_direction(x, d, 0, (split_plan){1, 1}, ith);
@@ -622,6 +643,22 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     }
     return;
   }
+  if (x->x6 && !atomic_load_explicit(x->x6_bad, memory_order_relaxed)) {
+    /* float32 on AMX tiles (row tiles of GEMM_MC rows are whole 32-row blocks) */
+    const size_t N = (size_t)m->D * 4 * Hp, nks = (K + 31) / 32;
+    const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
+    const int64_t nn = ((int64_t)N + ncol - 1) / ncol;
+    for (int64_t task = ith; task < nm * nn; task += nth) {
+      const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
+      const int64_t mr = M - r0 < mc ? M - r0 : mc;
+      const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
+      m->k.x6gemm((size_t)mr, (size_t)nc, nks, x->x6a + kl_x6_split_bytes((size_t)r0, K), x->x6_sa,
+                  x->x6w + kl_x6_split_bytes((size_t)c0, K), x->x6_sw,
+                  (float*)x->Gw + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
+      if (x->gate_bias) add_gate_bias(x, r0, mr, (size_t)c0, (size_t)nc);
+    }
+    return;
+  }
   /* W_ih's panels, when the object holds them, for runs of at most
    * KL_LSTM_PANEL_MAX_M rows (by the shape only); every column of a panel run in
    * one task, 4 panels (128 columns) per task */
@@ -699,7 +736,10 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   const size_t TB = (size_t)T * (size_t)B;
   /* fully written by the GEMM (or copy_gates); not needed when layer 0 reads
    * its gates in place and is the only layer */
-  size_t G_cap = 0, xb_cap = 0;
+  size_t G_cap = 0, xb_cap = 0, x6_cap = 0;
+  uint8_t* x6buf = NULL; /* float32 on AMX tiles: split operands, W_ih's columns */
+  const float** x6rows = NULL;
+  atomic_int x6_bad;
   char* G = gates_in_place && nl == 1 ? NULL : kl_scratch_take(TB * ldg * esz, &G_cap);
   char* inter[2] = {NULL, NULL};
   size_t inter_cap[2] = {0, 0};
@@ -722,6 +762,20 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
       if (m->layers[l].in_size > kmax) kmax = m->layers[l].in_size;
     xb = kl_scratch_take(TB * ((kmax + 1) / 2) * sizeof(uint32_t), &xb_cap);
     if (!xb) goto done;
+  }
+  /* float32 input projections on AMX tiles for calls of KL_X6_MIN_M rows or more
+   * (by the shape only, never the thread count) */
+  const int x6 = m->k.x6gemm != NULL && TB >= KL_X6_MIN_M;
+  const size_t N6 = (size_t)D * 4 * Hp;
+  if (x6) {
+    size_t bytes = 0;
+    for (int l = a->x_gates ? 1 : 0; l < nl; l++) {
+      const size_t K = m->layers[l].in_size;
+      const size_t b = 3 * (kl_x6_split_bytes(TB, K) + kl_x6_split_bytes(N6, K));
+      if (b > bytes) bytes = b;
+    }
+    if (bytes && (!(x6buf = kl_scratch_take(bytes, &x6_cap)) || !(x6rows = malloc(N6 * sizeof(float*)))))
+      goto done;
   }
   if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !slots || !rows || !ptrs || !mine) goto done;
   /* layer outputs between layers: every row is written (zeros past a length) */
@@ -779,6 +833,22 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     x.gb = gb;
     x.in_gates = l == 0 && a->x_gates;
     x.gate_bias = l == 0 ? (const char*)a->gate_bias : NULL;
+    x.x6 = x6 && !x.in_gates;
+    if (x.x6) {
+      const size_t K = L->in_size;
+      x.x6_sa = kl_x6_split_bytes(TB, K);
+      x.x6_sw = kl_x6_split_bytes(N6, K);
+      x.x6a = x6buf;
+      x.x6w = x6buf + 3 * x.x6_sa;
+      for (size_t n = 0; n < N6; n++) { /* column n = d*4Hp + g*Hp + u: row u of gate g, or padding */
+        const size_t d = n / (4 * Hp), g = (n / Hp) % 4, u = n % Hp;
+        x6rows[n] = u < H ? (const float*)x.wv[d].w + ((int64_t)g * x.wv[d].gstride + (int64_t)u) * x.wv[d].ld
+                          : NULL;
+      }
+      x.x6rows = x6rows;
+      x.x6_bad = &x6_bad;
+      atomic_store(&x6_bad, 0);
+    }
     if (l == 0 && gates_in_place) { /* the caller's gates are read where they lie */
       x.G = (const char*)a->x;
       x.Gw = NULL;
@@ -832,5 +902,7 @@ done:
   free(ptrs);
   free(mine);
   kl_scratch_give(xb, xb_cap);
+  kl_scratch_give(x6buf, x6_cap);
+  free(x6rows);
   return status;
 }

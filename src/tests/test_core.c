@@ -1392,6 +1392,92 @@ static void test_gemm_kernel(const kl_gemm_entry* k) {
         "13, 16, 18, 35, 47, K = 1, 37, 64, N = 64, 192%s", k->name, wtype_name(k->wt), k->isa, why);
 }
 
+/* The six-product float32 GEMM against a double product of the float32 values:
+ * M and N around the 32 x 32 block and the 128-column block, K around the
+ * 32-value k-step, values over many binades, zero (NULL) columns, the operands
+ * packed in two pieces each; a float32-GEMM bound (K * 2^-22 of the sum of
+ * |a w|); then the packers' report of values that cannot be split. */
+static void test_x6gemm_kernel(const kl_x6gemm_entry* k) {
+  const size_t Ms[] = {1, 17, 32, 45, 70}, Ks[] = {1, 31, 32, 45, 100}, Ns[] = {32, 64, 160};
+  char why[200] = "";
+  int ok = 1;
+  for (size_t mi = 0; mi < 5 && ok; mi++)
+    for (size_t ki = 0; ki < 5 && ok; ki++)
+      for (size_t ni = 0; ni < 3 && ok; ni++) {
+        const size_t M = Ms[mi], K = Ks[ki], N = Ns[ni], ldx = K + 3, ldc = N + 5;
+        const size_t sa = kl_x6_split_bytes(M, K), sw = kl_x6_split_bytes(N, K);
+        float* X = xcalloc(M * ldx, sizeof(float));
+        float* Wf = xcalloc(N * K, sizeof(float));
+        float* C = xcalloc(M * ldc, sizeof(float));
+        const float** rows = xcalloc(N, sizeof(float*));
+        uint8_t* A = aligned_alloc(64, 3 * sa);
+        uint8_t* W = aligned_alloc(64, 3 * sw);
+        if (!A || !W) exit(2);
+        for (size_t i = 0; i < M * ldx; i++) X[i] = (float)(urand(-2.0, 2.0) * pow(2.0, (double)(i % 23) - 11.0));
+        for (size_t i = 0; i < N * K; i++) Wf[i] = (float)urand(-0.5, 0.5);
+        for (size_t n = 0; n < N; n++) rows[n] = n % 7 == 3 ? NULL : Wf + n * K;
+        for (size_t i = 0; i < M * ldc; i++) C[i] = 777.0f;
+        const size_t mb = kl_round_up(M, 32), split_m = mb > 32 ? 32 : mb;
+        int bad = k->pack_a(M, K, X, ldx, 0, split_m, A, sa);
+        bad |= k->pack_a(M, K, X, ldx, split_m, mb, A, sa);
+        bad |= k->pack_w(K, rows, 0, 32, W, sw);
+        bad |= k->pack_w(K, rows, 32, N, W, sw);
+        if (bad) { ok = 0; snprintf(why, sizeof(why), " (finite values reported as unsplittable)"); }
+        k->gemm(M, N, (K + 31) / 32, A, sa, W, sw, C, ldc);
+        for (size_t m = 0; m < M && ok; m++)
+          for (size_t n = 0; n < ldc && ok; n++) {
+            if (n >= N) {
+              if (C[m * ldc + n] != 777.0f) { ok = 0; snprintf(why, sizeof(why), " (wrote past N)"); }
+              continue;
+            }
+            double ref = 0.0, mag = 0.0;
+            for (size_t kk = 0; rows[n] && kk < K; kk++) {
+              const double t = (double)X[m * ldx + kk] * (double)rows[n][kk];
+              ref += t;
+              mag += fabs(t);
+            }
+            if (fabs((double)C[m * ldc + n] - ref) > (double)K * 0x1p-22 * mag + 1e-30) {
+              ok = 0;
+              snprintf(why, sizeof(why), " (M=%zu K=%zu N=%zu C[%zu,%zu] = %.9g, want %.9g, sum|aw| %.3g)",
+                       M, K, N, m, n, (double)C[m * ldc + n], ref, mag);
+            }
+          }
+        free(X);
+        free(Wf);
+        free(C);
+        free(rows);
+        free(A);
+        free(W);
+      }
+  check(ok, "[kernel %s] six-product float32 GEMM (with %s) vs a double product: M = 1, 17, 32, 45, "
+        "70, K = 1, 31, 32, 45, 100, N = 32, 64, 160, zero columns, two-piece packing%s", k->name, k->isa, why);
+
+  /* values the split cannot carry: inf, NaN, and float32 beyond bfloat16's largest (rounds to inf) */
+  const float specials[] = {INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f};
+  const size_t K = 40;
+  float x[40];
+  const float* rows[32];
+  uint8_t* A = aligned_alloc(64, 3 * kl_x6_split_bytes(32, K));
+  uint8_t* W = aligned_alloc(64, 3 * kl_x6_split_bytes(32, K));
+  if (!A || !W) exit(2);
+  for (size_t i = 0; i < K; i++) x[i] = (float)urand(-1e38, 1e38);
+  for (size_t n = 0; n < 32; n++) rows[n] = x;
+  int flags_ok = !k->pack_a(1, K, x, K, 0, 32, A, kl_x6_split_bytes(32, K)) &&
+                 !k->pack_w(K, rows, 0, 32, W, kl_x6_split_bytes(32, K));
+  for (size_t s = 0; s < 5; s++)
+    for (size_t pos = 0; pos < K; pos += 13) {
+      const float keep = x[pos];
+      x[pos] = specials[s];
+      flags_ok = flags_ok && k->pack_a(1, K, x, K, 0, 32, A, kl_x6_split_bytes(32, K)) &&
+                 k->pack_w(K, rows, 0, 32, W, kl_x6_split_bytes(32, K));
+      x[pos] = keep;
+    }
+  free(A);
+  free(W);
+  check(flags_ok, "[kernel %s] packers report inf, NaN and +-3.4e38 at k = 0, 13, 26, 39 (and "
+        "not finite values up to 1e38)", k->name);
+}
+
 /* A float32 few-row projection against a double product: odd M, N and K around
  * the tiles (6 rows, 4 columns, 16 k), strided operands, W read in place, no
  * write past N; an infinity and a NaN in A reach exactly their row. */
@@ -1573,6 +1659,8 @@ static void test_kernel_lists(void) {
     if (cpu_has(kl_fp_list[i].arch, kl_fp_list[i].name)) test_fp_kernel(&kl_fp_list[i]);
   for (size_t i = 0; i < kl_gemm_count; i++)
     if (cpu_has(kl_gemm_list[i].arch, kl_gemm_list[i].name)) test_gemm_kernel(&kl_gemm_list[i]);
+  for (size_t i = 0; i < kl_x6gemm_count; i++)
+    if (cpu_has(kl_x6gemm_list[i].arch, kl_x6gemm_list[i].name)) test_x6gemm_kernel(&kl_x6gemm_list[i]);
   for (size_t i = 0; i < kl_f32_gemm_count; i++)
     if (cpu_has(kl_f32_gemm_list[i].arch, kl_f32_gemm_list[i].name))
       test_f32_gemm_kernel(&kl_f32_gemm_list[i]);
