@@ -84,6 +84,7 @@ def build_info() -> Dict[str, Any]:
         "isa_detected": _core.detected_isa(),
         "isa_active": _core.get_isa(),
         "avx512_bf16": _core.has_avx512bf16(),
+        "f32_amx": _core.get_f32_amx(),
     }
 
 

@@ -550,8 +550,9 @@ def test_isa_results_vs_reference(isa):
 
 
 def test_float32_products_on_amx_tiles():
-    """Calls of 1024 rows or more (T * B) run their float32 input projections as
-    six bfloat16 products on AMX tiles where the CPU has them (f32-x6gemm):
+    """With set_f32_amx(True) (KOKORO_LSTM_F32_AMX=1), calls of 1024 rows or more
+    (T * B) run their float32 input projections as six bfloat16 products on AMX
+    tiles where the CPU has them (f32-x6gemm):
     within the float32 tolerance of float64 at every ISA level, the same bits for
     any thread count; an infinity in a layer's input (it cannot be split) sends
     that layer to the float32 path, so the AMX level then gives avx512-bf16's
@@ -565,9 +566,10 @@ def test_float32_products_on_amx_tiles():
     w = (params["weight_ih_l0"], params["weight_hh_l0"], params["bias_ih_l0"], params["bias_hh_l0"])
     xi = x.copy()
     xi[3, 5, 100] = np.inf
-    orig = _core.get_isa()
+    orig, orig_amx = _core.get_isa(), _core.get_f32_amx()
     got = {}
     try:
+        _core.set_f32_amx(True)
         for isa in _supported_isas():
             _core.set_isa(isa)
             kl.clear_cache()  # kernels are chosen when weights are packed
@@ -578,14 +580,22 @@ def test_float32_products_on_amx_tiles():
                 for a, b in zip(_flat(r), _flat(runs[0])):
                     np.testing.assert_array_equal(a, b)
             got[isa] = (kl.lstm_forward(x, *w, num_threads=2), kl.lstm_forward(xi, *w, num_threads=2))
+        # off (the default): the float32 path, whatever the level
+        _core.set_f32_amx(False)
+        kl.clear_cache()
+        off = kl.lstm_forward(x, *w, num_threads=2)
     finally:
         _core.set_isa(orig)
+        _core.set_f32_amx(orig_amx)
+        kl.clear_cache()
     if "avx512-amx" in got:
         amx, f32 = got["avx512-amx"], got["avx512-bf16"]
         for a, b in zip(amx[1], f32[1]):
             np.testing.assert_array_equal(a, b)
         # and the finite call did take the tiles (other bits than the float32 path)
         assert not np.array_equal(amx[0][0], f32[0][0])
+        for a, b in zip(off, f32[0]):
+            np.testing.assert_array_equal(a, b)
 
 
 def _flat(res):

@@ -28,6 +28,7 @@
 static kl_isa g_detected = KL_ISA_SCALAR;
 static unsigned g_arch = 0; /* KL_ARCH_* of this CPU */
 static atomic_int g_active = KL_ISA_SCALAR;
+static atomic_int g_f32_amx = 0; /* kl_f32_amx_set, KOKORO_LSTM_F32_AMX */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* What each ISA level allows (kernels needing other features are skipped) and
@@ -122,6 +123,18 @@ static void detect(void) {
       if (strcmp(env, kl_isa_name((kl_isa)i)) == 0 && supported((kl_isa)i)) active = (kl_isa)i;
   }
   atomic_store(&g_active, (int)active);
+  const char* f32_amx = getenv("KOKORO_LSTM_F32_AMX");
+  atomic_store(&g_f32_amx, f32_amx && strcmp(f32_amx, "1") == 0);
+}
+
+void kl_f32_amx_set(int on) {
+  pthread_once(&g_once, detect);
+  atomic_store(&g_f32_amx, on != 0);
+}
+
+int kl_f32_amx_enabled(void) {
+  pthread_once(&g_once, detect);
+  return atomic_load(&g_f32_amx);
 }
 
 const char* kl_isa_name(kl_isa isa) {
@@ -265,7 +278,7 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
                   .pgemm = first_vector_pgemm(wt, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
-  for (size_t i = 0; wt == KL_W_F32 && i < kl_x6gemm_count; i++)
+  for (size_t i = 0; wt == KL_W_F32 && kl_f32_amx_enabled() && i < kl_x6gemm_count; i++)
     if ((kl_x6gemm_list[i].arch & ~arch) == 0) {
       k.x6gemm = kl_x6gemm_list[i].gemm;
       k.x6pack_a = kl_x6gemm_list[i].pack_a;

@@ -245,6 +245,14 @@ kl_status kl_isa_set(kl_isa isa);
 const char* kl_isa_name(kl_isa isa);
 /* 1 if the active ISA level uses the AVX512_BF16 kernels (dtype bfloat16). */
 int kl_cpu_has_avx512bf16(void);
+/* float32 input projections of large calls (T * B >= 1024 rows) as six
+ * bfloat16 products on AMX tiles (as accurate as float32, other bits). Off
+ * unless KOKORO_LSTM_F32_AMX=1 or kl_f32_amx_set(1): it pays only where AMX
+ * outruns float32 FMA by 6x (this project's 2-vCPU Xeon VM: batches 1.3-1.5x
+ * faster; a lent 16-core Xeon: up to 1.5x slower), see README. Takes effect at
+ * the level avx512-amx, for kl_lstm objects created afterwards. */
+void kl_f32_amx_set(int on);
+int kl_f32_amx_enabled(void);
 
 /* Vector activations of the active ISA over n floats, for accuracy tests:
  * kind 0 = sigmoid, 1 = tanh. */

@@ -342,6 +342,19 @@ static PyObject* mod_get_isa(PyObject* m, PyObject* unused) {
   return PyUnicode_FromString(kl_isa_name(kl_isa_active()));
 }
 
+static PyObject* mod_set_f32_amx(PyObject* m, PyObject* arg) {
+  (void)m;
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  kl_f32_amx_set(on);
+  Py_RETURN_NONE;
+}
+
+static PyObject* mod_get_f32_amx(PyObject* m, PyObject* unused) {
+  (void)m, (void)unused;
+  return PyBool_FromLong(kl_f32_amx_enabled());
+}
+
 static PyObject* mod_detected_isa(PyObject* m, PyObject* unused) {
   (void)m, (void)unused;
   return PyUnicode_FromString(kl_isa_name(kl_isa_detected()));
@@ -440,6 +453,8 @@ static PyMethodDef module_methods[] = {
     {"bench_stream", mod_bench_stream, METH_VARARGS, "bench_stream(nbytes, reps): best seconds to read a cached buffer once."},
     {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2', 'avx512', 'avx512-bf16', 'avx512-amx' (x86-64), 'neon' or 'neon-bf16' (aarch64) for engines built afterwards."},
     {"get_isa", mod_get_isa, METH_NOARGS, "The ISA new engines use."},
+    {"set_f32_amx", mod_set_f32_amx, METH_O, "set_f32_amx(on): float32 input projections of large calls on AMX tiles (six bfloat16 products) for engines built afterwards (KOKORO_LSTM_F32_AMX=1)."},
+    {"get_f32_amx", mod_get_f32_amx, METH_NOARGS, "Whether new engines run large float32 input projections on AMX tiles."},
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
     {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},
     {"blas_name", mod_blas_name, METH_NOARGS, "The BLAS this build links."},

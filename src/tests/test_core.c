@@ -110,6 +110,10 @@ static const tcase CASES[] = {
     {"uni-h33-B37-lengths", 5, 33, 1, 0, 0, 0, 5, 37, 1, 1, 1, LAYOUT_SEQ},
     {"bi-h33-proj-B20-short", 5, 33, 1, 1, 17, 0, 4, 20, 2, 0, 1, LAYOUT_BATCH},
     {"bi-h33-proj-2layer-B35", 5, 33, 2, 1, 9, 0, 4, 35, 1, 1, 1, LAYOUT_SEQ},
+    /* T * B >= KL_X6_MIN_M: float32 input projections on AMX tiles at avx512-amx
+     * (kl_f32_amx_set(1) below); odd I, a row tail of the 32-row blocks */
+    {"bi-h33-2layer-T64-B17", 37, 33, 2, 1, 0, 0, 64, 17, 1, 1, 1, LAYOUT_SEQ},
+    {"uni-h20-proj-T33-B33", 70, 20, 1, 0, 7, 1, 33, 33, 2, 0, 1, LAYOUT_BATCH},
 };
 #define NCASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
 
@@ -1988,6 +1992,9 @@ int main(void) {
     if (st != KL_OK) continue;
     test_activations(name);
     test_dispatch(name);
+    /* the large float32 cases take the AMX tiles where the level has them; the
+     * default (off) path is the float32 one every other level runs */
+    kl_f32_amx_set(1);
     const kl_dtype dts[4] = {KL_F32, KL_BF16, KL_F16, KL_F64};
     for (int di = 0; di < 4; di++)
       for (int ci = 0; ci < NCASES; ci++) test_case(&CASES[ci], dts[di], name);
