@@ -66,8 +66,11 @@ static inline size_t kl_x6_split_bytes(size_t rows, size_t K) {
 }
 
 /* Calls of at least this many rows (T * B) run their float32 input projection
- * on AMX tiles when the level allows it (f32-x6gemm.inc). Measured: see
- * benchmarks/RESULTS.md. -D overrides it. */
+ * on AMX tiles when the level allows it and kl_f32_amx_enabled() (f32-x6gemm.inc):
+ * both operands are split per call, which below this paid for itself nowhere
+ * (2-vCPU Xeon VM, 1 thread, I = 640, H = 256, bidirectional: B = 4 at T = 256,
+ * 1024 rows, 29-32 vs 39-42 ms on the float32 path; B = 1 at T = 32 .. 512
+ * level within the noise). -D overrides it. */
 #ifndef KL_X6_MIN_M
 #define KL_X6_MIN_M 1024
 #endif
