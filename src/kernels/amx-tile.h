@@ -96,6 +96,26 @@ static inline void kl_amx_configure2(int rows0, int rows1) {
   _tile_loadconfig(&cfg);
 }
 
+/* C0..C3 += nks k-steps of the 2 x 2 products: A's rows 0-15 at a + ks*a_step
+ * (row stride a_ld bytes), rows 16-31 a_half bytes on (skipped when !both);
+ * W's columns 0-15 at b + ks*b_step (pair stride b_ld), columns 16-31 b_half on. */
+static inline void kl_amx_2x2_ksteps(size_t nks, const uint8_t* a, size_t a_ld, size_t a_half,
+                                     size_t a_step, const uint8_t* b, size_t b_ld, size_t b_half,
+                                     size_t b_step, int both) {
+  for (size_t ks = 0; ks < nks; ks++, a += a_step, b += b_step) {
+    _tile_loadd(4, a, a_ld);
+    _tile_loadd(6, b, b_ld);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b + b_half, b_ld);
+    _tile_dpbf16ps(1, 4, 7);
+    if (both) {
+      _tile_loadd(5, a + a_half, a_ld);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
 /* One term: A rows of Kp bfloat16 pairs (uint32, row stride Kp) and W in the
  * 64-column panels of bf16-gemm-amx.c (Kp pairs each). */
 typedef struct kl_amx_term {
@@ -134,21 +154,10 @@ static inline void kl_amx_gemm_terms(size_t M, size_t N, size_t Kp, int nt, cons
         _tile_zero(3);
         for (int t = 0; t < nt; t++) {
           const uint32_t* a0 = terms[t].a + m * Kp;
-          const uint32_t* a1 = a0 + 16 * Kp;
           /* group j = (n % 64) / 16 of the panel: pair kp at + kp*256 bytes */
           const uint8_t* b = (const uint8_t*)(terms[t].w + (n / 64) * Kp * 128) + ((n % 64) / 16) * 64;
-          for (size_t kb = 0; kb < kfull; kb += KL_AMX_KB) {
-            _tile_loadd(4, a0 + kb, lda);
-            _tile_loadd(6, b + kb * 256, 256);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(7, b + kb * 256 + 64, 256);
-            _tile_dpbf16ps(1, 4, 7);
-            if (r1) {
-              _tile_loadd(5, a1 + kb, lda);
-              _tile_dpbf16ps(2, 5, 6);
-              _tile_dpbf16ps(3, 5, 7);
-            }
-          }
+          kl_amx_2x2_ksteps(kfull / KL_AMX_KB, (const uint8_t*)a0, lda, 16 * lda, KL_AMX_KB * sizeof(uint32_t),
+                            b, 256, 64, KL_AMX_KB * 256, r1 != 0);
           if (kfull < Kp) {
             _Alignas(64) uint32_t at[32 * KL_AMX_KB];
             _Alignas(64) uint8_t bt[2 * 1024];

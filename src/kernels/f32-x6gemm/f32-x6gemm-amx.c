@@ -45,20 +45,9 @@ void kl_f32_x6gemm_ukernel__amx(size_t M, size_t N, size_t nks, const uint8_t* A
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
-        for (int t = 0; t < 6; t++) {
-          const uint8_t* a = A + (size_t)ta[t] * sa + (m / 32) * blk;
-          const uint8_t* b = W + (size_t)tw[t] * sw + (n / 32) * blk;
-          for (size_t ks = 0; ks < nks; ks++, a += 2 * X6_TILE, b += 2 * X6_TILE) {
-            _tile_loadd(4, a, 64);
-            _tile_loadd(6, b, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(7, b + X6_TILE, 64);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_loadd(5, a + X6_TILE, 64);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-          }
-        }
+        for (int t = 0; t < 6; t++)
+          kl_amx_2x2_ksteps(nks, A + (size_t)ta[t] * sa + (m / 32) * blk, 64, X6_TILE, 2 * X6_TILE,
+                            W + (size_t)tw[t] * sw + (n / 32) * blk, 64, X6_TILE, 2 * X6_TILE, 1);
         float* c = C + m * ldc + n;
         if (M - m >= 32) {
           _tile_stored(0, c, ldcb);
