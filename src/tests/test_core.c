@@ -112,8 +112,8 @@ static const tcase CASES[] = {
     {"bi-h33-proj-2layer-B35", 5, 33, 2, 1, 9, 0, 4, 35, 1, 1, 1, LAYOUT_SEQ},
     /* T * B >= KL_X6_MIN_M: float32 input projections on AMX tiles at avx512-amx
      * (kl_f32_amx_set(1) below); odd I, a row tail of the 32-row blocks */
-    {"bi-h33-2layer-T64-B17", 37, 33, 2, 1, 0, 0, 64, 17, 1, 1, 1, LAYOUT_SEQ},
-    {"uni-h20-proj-T33-B33", 70, 20, 1, 0, 7, 1, 33, 33, 2, 0, 1, LAYOUT_BATCH},
+    {"bi-h17-2layer-T32-B32", 9, 17, 2, 1, 0, 0, 32, 32, 1, 1, 1, LAYOUT_SEQ},
+    {"uni-h20-proj-T33-B33", 37, 20, 1, 0, 7, 1, 33, 33, 2, 0, 1, LAYOUT_BATCH},
 };
 #define NCASES ((int)(sizeof(CASES) / sizeof(CASES[0])))
 
