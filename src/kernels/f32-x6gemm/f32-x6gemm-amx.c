@@ -98,6 +98,20 @@ static inline int split32(__m512 lo, __m512 hi, __m512i* s0, __m512i* s1, __m512
   return bad;
 }
 
+/* x[k .. k+32) as lo (16) and hi (16), zeros past K or for x NULL */
+static inline void load32(const float* x, size_t k, size_t K, __m512* lo, __m512* hi) {
+  if (!x) {
+    *lo = *hi = _mm512_setzero_ps();
+  } else if (k + 32 <= K) {
+    *lo = _mm512_loadu_ps(x + k);
+    *hi = _mm512_loadu_ps(x + k + 16);
+  } else {
+    const size_t n = K - k;
+    *lo = _mm512_maskz_loadu_ps((__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u), x + k);
+    *hi = _mm512_maskz_loadu_ps((__mmask16)(n > 16 ? (1u << (n - 16)) - 1u : 0u), x + k + 16);
+  }
+}
+
 /* Rows [m0, m1) of X (K floats, row stride ldx) into the A blocks (m0 a
  * multiple of 32; rows from M on are written as zeros, so m1 = M rounded up to
  * 32 completes the last block); returns 1 if some x cannot be split. */
@@ -106,21 +120,11 @@ int kl_f32_x6pack_a__amx(size_t M, size_t K, const float* X, size_t ldx, size_t 
   const size_t nks = (K + 31) / 32, blk = X6_BLOCK(nks);
   int bad = 0;
   for (size_t m = m0; m < m1; m++) {
-    const float* x = X + m * ldx;
+    const float* x = m < M ? X + m * ldx : NULL;
     const size_t off = (m / 32) * blk + ((m % 32) / 16) * X6_TILE + (m % 16) * 64;
     for (size_t ks = 0; ks < nks; ks++) {
-      const size_t k = ks * 32;
       __m512 lo, hi;
-      if (m >= M) {
-        lo = hi = _mm512_setzero_ps();
-      } else if (k + 32 <= K) {
-        lo = _mm512_loadu_ps(x + k);
-        hi = _mm512_loadu_ps(x + k + 16);
-      } else {
-        const size_t n = K - k;
-        lo = _mm512_maskz_loadu_ps((__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u), x + k);
-        hi = _mm512_maskz_loadu_ps((__mmask16)(n > 16 ? (1u << (n - 16)) - 1u : 0u), x + k + 16);
-      }
+      load32(x, ks * 32, K, &lo, &hi);
       __m512i s0, s1, s2;
       bad |= split32(lo, hi, &s0, &s1, &s2);
       uint8_t* o = A + off + ks * 2 * X6_TILE;
@@ -146,18 +150,8 @@ int kl_f32_x6pack_w__amx(size_t K, const float* const* rows, size_t c0, size_t c
     /* column l of its 16-column tile: pair p at p*64 + l*4 */
     const size_t off = (n / 32) * blk + ((n % 32) / 16) * X6_TILE + (n % 16) * 4;
     for (size_t ks = 0; ks < nks; ks++) {
-      const size_t k = ks * 32;
       __m512 lo, hi;
-      if (!x) {
-        lo = hi = _mm512_setzero_ps();
-      } else if (k + 32 <= K) {
-        lo = _mm512_loadu_ps(x + k);
-        hi = _mm512_loadu_ps(x + k + 16);
-      } else {
-        const size_t r = K - k;
-        lo = _mm512_maskz_loadu_ps((__mmask16)(r >= 16 ? 0xffffu : (1u << r) - 1u), x + k);
-        hi = _mm512_maskz_loadu_ps((__mmask16)(r > 16 ? (1u << (r - 16)) - 1u : 0u), x + k + 16);
-      }
+      load32(x, ks * 32, K, &lo, &hi);
       __m512i s0, s1, s2;
       bad |= split32(lo, hi, &s0, &s1, &s2);
       uint8_t* o = W + off + ks * 2 * X6_TILE;
