@@ -628,7 +628,10 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     copy_gates(x, ith, nth);
     return;
   }
-  if (m->k.gemm) { /* bfloat16 panels over all D*4*Hp columns (padding rows are zero) */
+  /* bfloat16 panels, or float32 on AMX tiles, over all D*4*Hp columns (padding
+   * rows are zero; row tiles of GEMM_MC rows are whole 32-row AMX blocks) */
+  const int x6 = x->x6 && !atomic_load_explicit(x->x6_bad, memory_order_relaxed);
+  if (m->k.gemm || x6) {
     const size_t N = (size_t)m->D * 4 * Hp, Kp = (K + 1) / 2;
     const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
     const int64_t nn = ((int64_t)N + ncol - 1) / ncol;
@@ -636,25 +639,13 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
       const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
       const int64_t mr = M - r0 < mc ? M - r0 : mc;
       const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
-      m->k.gemm((size_t)mr, (size_t)nc, Kp, x->xb + (size_t)r0 * Kp,
-                x->L->w_ih_bf16 + ((size_t)c0 / 64) * Kp * 128,
-                (float*)x->Gw + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
-      if (x->gate_bias) add_gate_bias(x, r0, mr, (size_t)c0, (size_t)nc);
-    }
-    return;
-  }
-  if (x->x6 && !atomic_load_explicit(x->x6_bad, memory_order_relaxed)) {
-    /* float32 on AMX tiles (row tiles of GEMM_MC rows are whole 32-row blocks) */
-    const size_t N = (size_t)m->D * 4 * Hp, nks = (K + 31) / 32;
-    const int64_t ncol = M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE;
-    const int64_t nn = ((int64_t)N + ncol - 1) / ncol;
-    for (int64_t task = ith; task < nm * nn; task += nth) {
-      const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
-      const int64_t mr = M - r0 < mc ? M - r0 : mc;
-      const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
-      m->k.x6gemm((size_t)mr, (size_t)nc, nks, x->x6a + kl_x6_split_bytes((size_t)r0, K), x->x6_sa,
-                  x->x6w + kl_x6_split_bytes((size_t)c0, K), x->x6_sw,
-                  (float*)x->Gw + (size_t)r0 * x->ldg + (size_t)c0, x->ldg);
+      float* C = (float*)x->Gw + (size_t)r0 * x->ldg + (size_t)c0;
+      if (x6)
+        m->k.x6gemm((size_t)mr, (size_t)nc, (K + 31) / 32, x->x6a + kl_x6_split_bytes((size_t)r0, K),
+                    x->x6_sa, x->x6w + kl_x6_split_bytes((size_t)c0, K), x->x6_sw, C, x->ldg);
+      else
+        m->k.gemm((size_t)mr, (size_t)nc, Kp, x->xb + (size_t)r0 * Kp,
+                  x->L->w_ih_bf16 + ((size_t)c0 / 64) * Kp * 128, C, x->ldg);
       if (x->gate_bias) add_gate_bias(x, r0, mr, (size_t)c0, (size_t)nc);
     }
     return;
