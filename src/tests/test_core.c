@@ -1340,6 +1340,41 @@ static void test_rsum_kernel(const kl_rsum_entry* k, const kl_rsum_entry* ref) {
   check(ok, "[kernel %s] read-sum vs %s, n = 0..301 step 7, inf and NaN%s", k->name, ref->name, why);
 }
 
+/* C[M, N] (ldc; columns from N on must still hold 777) against the double
+ * product of X's rows and W's rows (NULL: a zero row), the values first rounded
+ * to bfloat16 when round_bf16; within abs_tol + rel_tol * sum |x w|. */
+static int gemm_vs_double(size_t M, size_t N, size_t K, const float* X, size_t ldx,
+                          const float* const* wrows, int round_bf16, const float* C, size_t ldc,
+                          double abs_tol, double rel_tol, char* why, size_t wn) {
+  for (size_t m = 0; m < M; m++)
+    for (size_t n = 0; n < ldc; n++) {
+      if (n >= N) {
+        if (C[m * ldc + n] != 777.0f) {
+          snprintf(why, wn, " (wrote past N)");
+          return 0;
+        }
+        continue;
+      }
+      double ref = 0.0, mag = 0.0;
+      for (size_t kk = 0; wrows[n] && kk < K; kk++) {
+        float a = X[m * ldx + kk], w = wrows[n][kk];
+        if (round_bf16) {
+          a = kl_bf16_to_f32(kl_f32_to_bf16(a));
+          w = kl_bf16_to_f32(kl_f32_to_bf16(w));
+        }
+        const double t = (double)a * (double)w;
+        ref += t;
+        mag += fabs(t);
+      }
+      if (fabs((double)C[m * ldc + n] - ref) > abs_tol + rel_tol * mag) {
+        snprintf(why, wn, " (M=%zu K=%zu N=%zu C[%zu,%zu] = %.9g, want %.9g, sum|aw| %.3g)", M, K, N, m,
+                 n, (double)C[m * ldc + n], ref, mag);
+        return 0;
+      }
+    }
+  return 1;
+}
+
 /* A low-precision input projection against a double product of the same
  * rounded values: M around the row tile, odd K, one and two column panels. */
 static void test_gemm_kernel(const kl_gemm_entry* k) {
@@ -1367,25 +1402,10 @@ static void test_gemm_kernel(const kl_gemm_entry* k) {
         for (size_t i = 0; i < M * ldc; i++) C[i] = 777.0f;
         k->pack(M, K, X, ldx, A);
         k->gemm(M, N, Kp, A, W, C, ldc);
-        for (size_t m = 0; m < M && ok; m++)
-          for (size_t n = 0; n < ldc && ok; n++) {
-            if (n >= N) {
-              if (C[m * ldc + n] != 777.0f) { ok = 0; snprintf(why, sizeof(why), " (wrote past N)"); }
-              continue;
-            }
-            double ref = 0.0, mag = 0.0;
-            for (size_t kk = 0; kk < K; kk++) {
-              const double t = (double)kl_bf16_to_f32(kl_f32_to_bf16(X[m * ldx + kk])) *
-                               (double)kl_bf16_to_f32(kl_f32_to_bf16(Wf[n * K + kk]));
-              ref += t;
-              mag += fabs(t);
-            }
-            if (fabs((double)C[m * ldc + n] - ref) > 1e-6 * (1.0 + mag)) {
-              ok = 0;
-              snprintf(why, sizeof(why), " (M=%zu K=%zu N=%zu C[%zu,%zu] = %.9g, want %.9g)", M, K, N,
-                       m, n, (double)C[m * ldc + n], ref);
-            }
-          }
+        const float** rows = xcalloc(N, sizeof(float*));
+        for (size_t n = 0; n < N; n++) rows[n] = Wf + n * K;
+        ok = gemm_vs_double(M, N, K, X, ldx, rows, 1, C, ldc, 1e-6, 1e-6, why, sizeof(why));
+        free(rows);
         free(X);
         free(Wf);
         free(C);
@@ -1428,24 +1448,8 @@ static void test_x6gemm_kernel(const kl_x6gemm_entry* k) {
         bad |= k->pack_w(K, rows, 32, N, W, sw);
         if (bad) { ok = 0; snprintf(why, sizeof(why), " (finite values reported as unsplittable)"); }
         k->gemm(M, N, (K + 31) / 32, A, sa, W, sw, C, ldc);
-        for (size_t m = 0; m < M && ok; m++)
-          for (size_t n = 0; n < ldc && ok; n++) {
-            if (n >= N) {
-              if (C[m * ldc + n] != 777.0f) { ok = 0; snprintf(why, sizeof(why), " (wrote past N)"); }
-              continue;
-            }
-            double ref = 0.0, mag = 0.0;
-            for (size_t kk = 0; rows[n] && kk < K; kk++) {
-              const double t = (double)X[m * ldx + kk] * (double)rows[n][kk];
-              ref += t;
-              mag += fabs(t);
-            }
-            if (fabs((double)C[m * ldc + n] - ref) > (6.0 * (double)K + 1.0) * 0x1p-24 * mag + 1e-30) {
-              ok = 0;
-              snprintf(why, sizeof(why), " (M=%zu K=%zu N=%zu C[%zu,%zu] = %.9g, want %.9g, sum|aw| %.3g)",
-                       M, K, N, m, n, (double)C[m * ldc + n], ref, mag);
-            }
-          }
+        ok = ok && gemm_vs_double(M, N, K, X, ldx, rows, 0, C, ldc, 1e-30, (6.0 * (double)K + 1.0) * 0x1p-24,
+                                  why, sizeof(why));
         free(X);
         free(Wf);
         free(C);
