@@ -215,12 +215,12 @@ int main(int argc, char** argv) {
     c->nb = 1;
     c->w = random_weights(k->wt, 8 * H * 16);
   }
-  for (int v = 0; v < 2; v++) {
-    const kl_vunary_entry* list = v ? kl_vtanh_list : kl_vsigmoid_list;
-    const size_t cnt = v ? kl_vtanh_count : kl_vsigmoid_count;
+  for (int v = 0; v < 3; v++) {
+    const kl_vunary_entry* list = v == 2 ? kl_vgelu_list : v ? kl_vtanh_list : kl_vsigmoid_list;
+    const size_t cnt = v == 2 ? kl_vgelu_count : v ? kl_vtanh_count : kl_vsigmoid_count;
     for (size_t i = 0; i < cnt; i++) {
       if (list[i].arch & ~cpu) continue;
-      bcase* c = add_case(cs, &n, v ? "f32-vtanh" : "f32-vsigmoid", list[i].name, 2,
+      bcase* c = add_case(cs, &n, v == 2 ? "f32-vgelu" : v ? "f32-vtanh" : "f32-vsigmoid", list[i].name, 2,
                           (const void*)list[i].fn, KL_W_F32, 100);
       snprintf(c->what, sizeof(c->what), "n=1024");
     }

@@ -194,6 +194,9 @@ const kl_vunary_entry kl_vsigmoid_list[] = {
 const kl_vunary_entry kl_vtanh_list[] = {
 #include "f32-vtanh.inc"
 };
+const kl_vunary_entry kl_vgelu_list[] = {
+#include "f32-vgelu.inc"
+};
 const kl_rsum_entry kl_rsum_list[] = {
 #include "f32-rsum.inc"
 };
@@ -228,6 +231,7 @@ const size_t kl_lstmcell_count = COUNT(kl_lstmcell_list);
 const size_t kl_lstmproj_count = COUNT(kl_lstmproj_list);
 const size_t kl_vsigmoid_count = COUNT(kl_vsigmoid_list);
 const size_t kl_vtanh_count = COUNT(kl_vtanh_list);
+const size_t kl_vgelu_count = COUNT(kl_vgelu_list);
 const size_t kl_rsum_count = COUNT(kl_rsum_list);
 const size_t kl_fp_count = COUNT(kl_fp_list);
 const size_t kl_softmax_count = COUNT(kl_softmax_list);
@@ -293,6 +297,7 @@ static kl_f32_vunary_fn first_vunary(const kl_vunary_entry* list, size_t count) 
 }
 kl_f32_vunary_fn kl_select_vsigmoid(void) { return first_vunary(kl_vsigmoid_list, kl_vsigmoid_count); }
 kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_vtanh_list, kl_vtanh_count); }
+kl_f32_vunary_fn kl_select_vgelu(void) { return first_vunary(kl_vgelu_list, kl_vgelu_count); }
 kl_f32_rsum_fn kl_select_rsum(void) { FIRST(kl_rsum_list, kl_rsum_count, KL_W_F32, kl_arch_active(), fn); }
 
 kl_f32_vunary_fn kl_select_softmax(void) { return first_vunary(kl_softmax_list, kl_softmax_count); }

@@ -135,6 +135,7 @@ kl_kernels kl_select_kernels(kl_wtype wt);
 /* The active ISA's float32 activations. */
 kl_f32_vunary_fn kl_select_vsigmoid(void);
 kl_f32_vunary_fn kl_select_vtanh(void);
+kl_f32_vunary_fn kl_select_vgelu(void);
 /* The active ISA's read-bandwidth probe (sum of n floats). */
 typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
 kl_f32_rsum_fn kl_select_rsum(void);
@@ -261,6 +262,7 @@ unsigned kl_arch_active(void);   /* those the active ISA level allows */
 #define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, float*);
 #include "f32-vsigmoid.inc"
 #include "f32-vtanh.inc"
+#include "f32-vgelu.inc"
 #include "f32-softmax.inc"
 #undef KL_KERNEL
 #define KL_KERNEL(arch, wt, isa, fn) float fn(size_t, const float*);
@@ -324,14 +326,14 @@ typedef struct kl_x6gemm_entry {
 } kl_x6gemm_entry;
 extern const kl_lstmcell_entry kl_lstmcell_list[];
 extern const kl_lstmproj_entry kl_lstmproj_list[];
-extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[], kl_softmax_list[];
+extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[], kl_vgelu_list[], kl_softmax_list[];
 extern const kl_rsum_entry kl_rsum_list[];
 extern const kl_fp_entry kl_fp_list[];
 extern const kl_gemm_entry kl_gemm_list[];
 extern const kl_x6gemm_entry kl_x6gemm_list[];
 extern const kl_f32_gemm_entry kl_f32_gemm_list[];
 extern const kl_f32_pgemm_entry kl_f32_pgemm_list[];
-extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count,
+extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count, kl_vgelu_count,
     kl_rsum_count, kl_fp_count, kl_softmax_count, kl_gemm_count, kl_f32_gemm_count,
     kl_f32_pgemm_count, kl_x6gemm_count;
 

@@ -54,7 +54,7 @@ static int64_t take_task(atomic_llong* next, int64_t ntasks) {
 
 typedef struct mm_job {
   const kl_matmul_args* a;
-  kl_f32_vunary_fn tanh; /* for act == KL_ACT_GELU_TANH */
+  kl_f32_vunary_fn gelu; /* for act == KL_ACT_GELU_TANH */
   int64_t mt, nt;     /* tiles along M and N */
   int64_t msz, nsz;   /* tile sizes */
   int64_t ntasks;
@@ -92,22 +92,12 @@ static void mm_tiles(mm_job* j, int nth) {
   j->ntasks = a->batch * j->mt * j->nt;
 }
 
-/* GELU (tanh form) in place on m rows of n <= KL_DENSE_NT_MAX floats, in the
+/* GELU (tanh form) in place on m rows of n floats: the f32-vgelu kernels, in the
  * order of PyTorch's gelu_new as exported: (0.5 x) (1 + tanh(c2 (x + c1 x^3))).
  * Fused here because TVM's separate elementwise pass re-read [512, 2048] from
  * memory per bert layer (~20 ms of bert's ~800 at 512 tokens, 1 thread). */
-static void gelu_tanh_rows(kl_f32_vunary_fn vtanh, float* c, int64_t m, int64_t n, int64_t ldc) {
-  float u[KL_DENSE_NT_MAX];
-  for (int64_t i = 0; i < m; i++) {
-    float* row = c + i * ldc;
-    for (int64_t j0 = 0; j0 < n; j0 += KL_DENSE_NT_MAX) {
-      const int64_t nn = n - j0 < KL_DENSE_NT_MAX ? n - j0 : KL_DENSE_NT_MAX;
-      float* x = row + j0;
-      for (int64_t j = 0; j < nn; j++) u[j] = (x[j] + x[j] * x[j] * x[j] * 0.044715f) * 0.7978845608f;
-      vtanh((size_t)nn, u, u);
-      for (int64_t j = 0; j < nn; j++) x[j] = (x[j] * 0.5f) * (u[j] + 1.0f);
-    }
-  }
+static void gelu_rows(kl_f32_vunary_fn gelu, float* c, int64_t m, int64_t n, int64_t ldc) {
+  for (int64_t i = 0; i < m; i++) gelu((size_t)n, c + i * ldc, c + i * ldc);
 }
 
 static void mm_tile(const mm_job* j, int64_t t) {
@@ -128,12 +118,12 @@ static void mm_tile(const mm_job* j, int64_t t) {
   if (a->K == 0) {
     if (!a->bias)
       for (int64_t i = 0; i < m; i++) memset(C + i * a->ldc, 0, (size_t)n * sizeof(float));
-    if (a->act == KL_ACT_GELU_TANH) gelu_tanh_rows(j->tanh, C, m, n, a->ldc);
+    if (a->act == KL_ACT_GELU_TANH) gelu_rows(j->gelu, C, m, n, a->ldc);
     return;
   }
   kl_cblas_sgemm(CblasRowMajor, CblasNoTrans, a->trans_b ? CblasTrans : CblasNoTrans, (int)m,
                  (int)n, (int)a->K, 1.0f, A, (int)a->lda, B, (int)a->ldb, beta, C, (int)a->ldc);
-  if (a->act == KL_ACT_GELU_TANH) gelu_tanh_rows(j->tanh, C, m, n, a->ldc);
+  if (a->act == KL_ACT_GELU_TANH) gelu_rows(j->gelu, C, m, n, a->ldc);
 }
 
 static void mm_task(void* ctx, int ith, int nth) {
@@ -167,7 +157,7 @@ _Static_assert(KL_DENSE_PANEL == KL_PGEMM_NR, "dense.h's panel width is the kern
 typedef struct pk_job {
   const kl_matmul_args* a;
   kl_f32_pgemm_ukernel_fn kern;
-  kl_f32_vunary_fn tanh;
+  kl_f32_vunary_fn gelu; /* for act == KL_ACT_GELU_TANH */
   int64_t np, mb, pchunk, rblocks, pblocks, ntasks; /* panels; rows and panels per task */
   atomic_llong next;
 } pk_job;
@@ -179,11 +169,16 @@ static void pk_tile(const pk_job* j, int64_t t) {
   const int64_t m = a->M - m0 < j->mb ? a->M - m0 : j->mb;
   const int64_t p1 = p0 + j->pchunk < j->np ? p0 + j->pchunk : j->np;
   float* C = a->c + b * a->sc + m0 * a->ldc;
-  kl_pgemm_panels(j->kern, m, a->N, a->K, a->a + b * a->sa + m0 * a->lda, a->lda,
-                  a->K ? a->b + b * a->sb : NULL, a->bias, a->sbias, C, a->ldc, p0, p1);
-  if (a->act == KL_ACT_GELU_TANH) {
-    const int64_t n0 = p0 * KL_PGEMM_NR, n1 = p1 * KL_PGEMM_NR < a->N ? p1 * KL_PGEMM_NR : a->N;
-    gelu_tanh_rows(j->tanh, C + n0, m, n1 - n0, a->ldc);
+  const float* A = a->a + b * a->sa + m0 * a->lda;
+  const float* P = a->K ? a->b + b * a->sb : NULL;
+  if (!j->gelu) {
+    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p0, p1);
+    return;
+  }
+  for (int64_t p = p0; p < p1; p++) { /* GELU on each panel's columns while they are in cache */
+    const int64_t n0 = p * KL_PGEMM_NR, n = a->N - n0 < KL_PGEMM_NR ? a->N - n0 : KL_PGEMM_NR;
+    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p, p + 1);
+    gelu_rows(j->gelu, C + n0, m, n, a->ldc);
   }
 }
 
@@ -200,7 +195,7 @@ static kl_status pgemm(const kl_matmul_args* a, int nth) {
   pk_job j;
   j.a = a;
   j.kern = kl_select_f32_pgemm();
-  j.tanh = a->act == KL_ACT_GELU_TANH ? kl_select_vtanh() : NULL;
+  j.gelu = a->act == KL_ACT_GELU_TANH ? kl_select_vgelu() : NULL;
   j.np = cdiv(a->N, KL_PGEMM_NR);
   j.rblocks = cdiv(a->M, KL_PGEMM_MC);
   j.mb = cdiv(a->M, j.rblocks);
@@ -228,7 +223,7 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   if (a->b_panels) return pgemm(a, nth);
   mm_job j;
   j.a = a;
-  j.tanh = a->act == KL_ACT_GELU_TANH ? kl_select_vtanh() : NULL;
+  j.gelu = a->act == KL_ACT_GELU_TANH ? kl_select_vgelu() : NULL;
   mm_tiles(&j, nth);
   atomic_init(&j.next, 0);
   if (nth > j.ntasks) nth = (int)j.ntasks;

@@ -1650,12 +1650,12 @@ static void test_kernel_lists(void) {
   for (size_t i = 0; i < kl_lstmproj_count; i++)
     if (kl_lstmproj_list[i].arch && cpu_has(kl_lstmproj_list[i].arch, kl_lstmproj_list[i].name))
       test_proj_kernel(&kl_lstmproj_list[i]);
-  for (int kind = 0; kind < 2; kind++) {
-    const kl_vunary_entry* list = kind == 0 ? kl_vsigmoid_list : kl_vtanh_list;
-    const size_t n = kind == 0 ? kl_vsigmoid_count : kl_vtanh_count;
+  for (int kind = 0; kind < 3; kind++) {
+    const kl_vunary_entry* list = kind == 0 ? kl_vsigmoid_list : kind == 1 ? kl_vtanh_list : kl_vgelu_list;
+    const size_t n = kind == 0 ? kl_vsigmoid_count : kind == 1 ? kl_vtanh_count : kl_vgelu_count;
     for (size_t i = 0; i + 1 < n; i++) /* the last entry is the scalar one */
       if (cpu_has(list[i].arch, list[i].name))
-        test_vunary_kernel(&list[i], &list[n - 1], kind == 0 ? "sigmoid" : "tanh");
+        test_vunary_kernel(&list[i], &list[n - 1], kind == 0 ? "sigmoid" : kind == 1 ? "tanh" : "gelu");
   }
   for (size_t i = 0; i + 1 < kl_rsum_count; i++)
     if (cpu_has(kl_rsum_list[i].arch, kl_rsum_list[i].name))
@@ -1680,7 +1680,8 @@ static void test_kernel_lists(void) {
   int ok = 1;
   for (size_t i = 0; i < sizeof(wts) / sizeof(wts[0]); i++) ok = ok && scalar_cell(wts[i]) && scalar_proj(wts[i]);
   check(ok && kl_vsigmoid_list[kl_vsigmoid_count - 1].arch == 0 &&
-            kl_vtanh_list[kl_vtanh_count - 1].arch == 0 && kl_rsum_list[kl_rsum_count - 1].arch == 0 &&
+            kl_vtanh_list[kl_vtanh_count - 1].arch == 0 && kl_vgelu_list[kl_vgelu_count - 1].arch == 0 &&
+            kl_rsum_list[kl_rsum_count - 1].arch == 0 &&
             kl_fp_list[kl_fp_count - 1].arch == 0 && kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,
         "[lists] every weight type has a scalar cell and projection; vector lists end with scalar");
 }
