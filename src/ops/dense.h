@@ -94,8 +94,10 @@ kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int 
  * each with unit stride along D and element strides (batch, head, row) given,
  * so [B, L, H, D] (a linear's output, before its head transpose) is read or
  * written in place. mask: NULL, or [*, *, L, S] with unit stride along S and
- * strides (batch, head, row); 0 broadcasts. Rows are done in blocks of
- * KL_ATTN_ROWS fixed by the shape: results do not depend on num_threads. */
+ * strides (batch, head, row); 0 broadcasts. The scores are computed as
+ * q . (scale k), the scale applied when k is packed (exact for a power of two,
+ * bert's 1/8). Rows are done in blocks of KL_ATTN_ROWS fixed by the shape:
+ * results do not depend on num_threads. */
 typedef struct kl_attention_args {
   int64_t batch, heads, L, S, D;
   const float* q;
