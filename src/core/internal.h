@@ -98,11 +98,12 @@ typedef void (*kl_f32_pgemm_ukernel_fn)(size_t M, size_t n, size_t K, const floa
 /* C[m, 32 p0 .. min(32 p1, N)) (ldc) = init + A[m, K] (lda) op(B) for the panels
  * [p0, p1) of a packed B; init: bias (N values of stride sbias) or zeros; K in
  * blocks of KL_PGEMM_KC (a panel's block, 32 KiB, stays in L1 for all m rows),
- * the first from init, the others continuing from C. */
+ * the first from init, the others continuing from C; accumulate: every block
+ * continues from C (C += A op(B); bias unused). */
 #define KL_PGEMM_KC 256
 void kl_pgemm_panels(kl_f32_pgemm_ukernel_fn kern, int64_t m, int64_t N, int64_t K,
                      const float* A, int64_t lda, const float* P, const float* bias, int64_t sbias,
-                     float* C, int64_t ldc, int64_t p0, int64_t p1);
+                     float* C, int64_t ldc, int64_t p0, int64_t p1, int accumulate);
 
 typedef struct kl_kernels {
   kl_lstmcell_ukernel_fn cell;

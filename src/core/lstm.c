@@ -661,7 +661,7 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
       const int64_t mr = M - r0 < mc ? M - r0 : mc, p1 = p0 + pchunk < np ? p0 + pchunk : np;
       kl_pgemm_panels(m->k.pgemm, mr, N, (int64_t)K, (const float*)x->in + (size_t)(r0 * x->lda),
                       x->lda, x->L->w_ih_pan, NULL, 0, (float*)x->Gw + (size_t)r0 * x->ldg,
-                      (int64_t)x->ldg, p0, p1);
+                      (int64_t)x->ldg, p0, p1, 0);
       if (x->gate_bias)
         add_gate_bias(x, r0, mr, (size_t)(p0 * KL_PGEMM_NR), (size_t)((p1 - p0) * KL_PGEMM_NR));
     }

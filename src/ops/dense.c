@@ -172,12 +172,12 @@ static void pk_tile(const pk_job* j, int64_t t) {
   const float* A = a->a + b * a->sa + m0 * a->lda;
   const float* P = a->K ? a->b + b * a->sb : NULL;
   if (!j->gelu) {
-    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p0, p1);
+    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p0, p1, 0);
     return;
   }
   for (int64_t p = p0; p < p1; p++) { /* GELU on each panel's columns while they are in cache */
     const int64_t n0 = p * KL_PGEMM_NR, n = a->N - n0 < KL_PGEMM_NR ? a->N - n0 : KL_PGEMM_NR;
-    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p, p + 1);
+    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p, p + 1, 0);
     gelu_rows(j->gelu, C + n0, m, n, a->ldc);
   }
 }
@@ -415,10 +415,14 @@ typedef struct attn_job {
 
 /* scale K^T ([D][32] per 32 keys) and V ([S][32] per 32 of D) of head (b, h) in
  * panels, zeros past S and D */
+static float* attn_panels(const attn_job* j, int64_t bh) {
+  return j->panels + (size_t)bh * (j->kp_size + j->vp_size);
+}
+
 static void attn_pack(const attn_job* j, int64_t bh) {
   const kl_attention_args* a = j->a;
   const int64_t b = bh / a->heads, h = bh % a->heads;
-  float* kp = j->panels + (size_t)bh * (j->kp_size + j->vp_size);
+  float* kp = attn_panels(j, bh);
   float* vp = kp + j->kp_size;
   const int64_t S = a->S, D = a->D, nks = cdiv(S, KL_PGEMM_NR), nvd = cdiv(D, KL_PGEMM_NR);
   const float* k = a->k + b * a->skb + h * a->skh;
@@ -442,7 +446,7 @@ static void attn_pack(const attn_job* j, int64_t bh) {
 static void attn_block(const attn_job* j, int64_t t, float* sc) {
   const kl_attention_args* a = j->a;
   const int64_t bh = t / j->nblk, l0 = (t % j->nblk) * KL_ATTN_ROWS;
-  const float* kp = j->panels + (size_t)bh * (j->kp_size + j->vp_size);
+  const float* kp = attn_panels(j, bh);
   const float* vp = kp + j->kp_size;
   const int64_t b = bh / a->heads, h = bh % a->heads;
   const int64_t m = a->L - l0 < KL_ATTN_ROWS ? a->L - l0 : KL_ATTN_ROWS;
@@ -455,16 +459,8 @@ static void attn_block(const attn_job* j, int64_t t, float* sc) {
     for (int64_t i = 0; i < m; i++)
       memcpy(sc + i * lds, a->mask + b * a->smb + h * a->smh + (l0 + i) * a->sml,
              (size_t)S * sizeof(float));
-  static const float zeros[KL_PGEMM_NR];
-  for (int64_t p = 0, nks = cdiv(S, KL_PGEMM_NR); p < nks; p++) {
-    const int64_t s0 = p * KL_PGEMM_NR, n = S - s0 < KL_PGEMM_NR ? S - s0 : KL_PGEMM_NR;
-    for (int64_t d0 = 0; d0 < D; d0 += KL_PGEMM_KC) {
-      const int64_t kc = D - d0 < KL_PGEMM_KC ? D - d0 : KL_PGEMM_KC;
-      j->kern((size_t)m, (size_t)n, (size_t)kc, q + d0, (size_t)a->sql,
-              kp + (p * D + d0) * KL_PGEMM_NR, d0 == 0 && !a->mask ? zeros : NULL, sc + s0,
-              (size_t)lds);
-    }
-  }
+  kl_pgemm_panels(j->kern, m, S, D, q, a->sql, kp, NULL, 0, sc, lds, 0, cdiv(S, KL_PGEMM_NR),
+                  a->mask != NULL);
   for (int64_t i = 0; i < m; i++) {
     float* row = sc + i * lds;
     int64_t s = 0;
@@ -475,7 +471,7 @@ static void attn_block(const attn_job* j, int64_t t, float* sc) {
     }
     j->softmax((size_t)S, row, row);
   }
-  kl_pgemm_panels(j->kern, m, D, S, sc, lds, vp, NULL, 0, o, a->sol, 0, cdiv(D, KL_PGEMM_NR));
+  kl_pgemm_panels(j->kern, m, D, S, sc, lds, vp, NULL, 0, o, a->sol, 0, cdiv(D, KL_PGEMM_NR), 0);
 }
 
 static void attn_pack_task(void* ctx, int ith, int nth) {
