@@ -274,15 +274,18 @@ static kl_f32_pgemm_ukernel_fn first_vector_pgemm(kl_wtype wt, unsigned arch) {
 kl_kernels kl_select_kernels(kl_wtype wt) {
   const unsigned arch = kl_arch_active();
   const kl_gemm_entry* g = first_gemm(wt, arch);
+  /* Without a low-precision GEMM entry, a bfloat16 or float16 layer projects
+   * its input with float32 W_ih: the float32 kernels serve it as they serve float32. */
+  const kl_wtype wx = g ? wt : wt == KL_W_F64 ? KL_W_F64 : KL_W_F32;
   kl_kernels k = {.cell = first_cell(wt, arch & ~KL_ARCH_AMX_BF16),
                   .cell_batch = first_cell(wt, arch),
                   .proj = first_proj(wt, arch),
                   .gemm = g ? g->gemm : NULL,
-                  .gemm_f32 = first_f32_gemm(wt, arch),
-                  .pgemm = first_vector_pgemm(wt, arch),
+                  .gemm_f32 = first_f32_gemm(wx, arch),
+                  .pgemm = first_vector_pgemm(wx, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
-  for (size_t i = 0; wt == KL_W_F32 && kl_f32_amx_enabled() && i < kl_x6gemm_count; i++)
+  for (size_t i = 0; wx == KL_W_F32 && kl_f32_amx_enabled() && i < kl_x6gemm_count; i++)
     if ((kl_x6gemm_list[i].arch & ~arch) == 0) {
       k.x6gemm = kl_x6gemm_list[i].gemm;
       k.x6pack_a = kl_x6gemm_list[i].pack_a;

@@ -230,7 +230,7 @@ kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* weights, int fla
   m->wesz = m->wt == KL_W_F64 ? 8 : (m->wt == KL_W_BF16 || m->wt == KL_W_F16) ? 2 : 4;
   m->k = kl_select_kernels(m->wt);
   m->borrowed = (flags & KL_PACK_BORROW_WIH) && m->k.gemm == NULL;
-  const int panels = (flags & KL_PACK_WIH_PANELS) && m->wt == KL_W_F32 && m->k.pgemm && !m->k.gemm;
+  const int panels = (flags & KL_PACK_WIH_PANELS) && m->k.pgemm && !m->k.gemm; /* float32 W_ih */
   m->layers = calloc((size_t)desc->num_layers, sizeof(kl_layer));
   if (!m->layers) goto nomem;
   const size_t H = m->H, Hp = m->Hp;

@@ -541,7 +541,7 @@ static void test_forward_entry(const model* m, const run_input* in, const result
   result_free(&r);
   memcpy(w + io_size(in->dt), saved, io_size(in->dt)); /* the weights of r1 again */
   /* a trusted entry (constant_weights): float32 W_ih in panels, the f32-pgemm
-   * kernels for the input projection (other bits than OpenBLAS's): within the
+   * kernels for a float32 input projection (other bits than OpenBLAS's): within the
    * dtype's tolerance of the packed object, the same bits for 1, 2 and 5 threads */
   kl_cache_clear();
   g_fwd_constant = 1;
@@ -561,8 +561,11 @@ static void test_forward_entry(const model* m, const run_input* in, const result
              memcmp(t[i].hn, t[0].hn, r1->hnbytes) == 0 && memcmp(t[i].cn, t[0].cn, r1->cnbytes) == 0;
   }
   g_fwd_constant = 0;
-  /* without W_ih panels (other dtypes; no vector pgemm at this level) the same bits */
-  const int panels = in->dt == KL_F32 && kl_select_kernels(KL_W_F32).pgemm != NULL;
+  /* W_ih panels where the input projection is float32 (float32; bfloat16 and
+   * float16 without a bfloat16 GEMM entry) and the level has a vector pgemm;
+   * otherwise the same bits */
+  const kl_kernels kk = kl_select_kernels(in->dt == KL_BF16 ? KL_W_BF16 : in->dt == KL_F16 ? KL_W_F16 : KL_W_F32);
+  const int panels = in->dt != KL_F64 && kk.pgemm != NULL && kk.gemm == NULL;
   check(same && (panels ? err <= tolerance(in->dt) : err == 0.0),
         "%s kl_lstm_forward on a trusted entry%s: max|d| vs kl_lstm_run %.3g (%s), threads "
         "1/2/5 bitwise equal", tag, panels ? " (W_ih panels)" : "", err,
@@ -833,7 +836,7 @@ static void test_case(const tcase* c, kl_dtype dt, const char* isa) {
       check(same, "%s num_threads 1,2,4,16 bitwise identical%s", tag, detail);
       test_forward_entry(&m, &in, &r1, tag);
       test_gate_input(&m, dt, x, len, c->lengths != 0, h0, c0, tag);
-      /* again on a trusted entry (float32: W_ih's panels, gate bias added per panel run);
+      /* again on a trusted entry (a float32 input projection: W_ih's panels, gate bias added per panel run);
        * its buffers are freed after the test, so no entry may outlive it */
       char ttag[sizeof(tag) + 16];
       snprintf(ttag, sizeof(ttag), "%s trusted", tag);
