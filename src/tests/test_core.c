@@ -1191,7 +1191,7 @@ static double kernel_tol(kl_wtype wt, const char* isa) {
   return wt == KL_W_BF16 && (strstr(isa, "bf16") || strcmp(isa, "amx") == 0) ? 2e-2 : 2e-5;
 }
 
-#define KNB 13 /* batch rows: 1, 3, 6, 13 (4- and 6-row tiles and their remainders) */
+#define KNB 16 /* batch rows: 1, 3, 6, 8, 13, 16 (tiles of up to 4 or 6 rows, split evenly) */
 #define KR 40 /* largest R */
 
 static void test_cell_kernel(const kl_lstmcell_entry* k) {
@@ -1202,7 +1202,7 @@ static void test_cell_kernel(const kl_lstmcell_entry* k) {
     return;
   }
   const double tol = kernel_tol(k->wt, k->isa);
-  const size_t Rs[] = {1, 2, 3, 17, 33, KR}, nbs[] = {1, 3, 6, KNB};
+  const size_t Rs[] = {1, 2, 3, 17, 33, KR}, nbs[] = {1, 3, 6, 8, 13, KNB};
   int ok = 1;
   for (size_t ri = 0; ri < sizeof(Rs) / sizeof(Rs[0]) && ok; ri++)
     for (size_t ni = 0; ni < sizeof(nbs) / sizeof(nbs[0]) && ok; ni++)
@@ -1210,12 +1210,12 @@ static void test_cell_kernel(const kl_lstmcell_entry* k) {
         const size_t R = Rs[ri], nblk = 2, Hp = nblk * KL_NR, nb = nbs[ni];
         void* w = random_panel(k->wt, R, nblk);
         float bias[4 * 32], gx[KNB][4 * 32], h[KNB][KR], c_s[KNB][32], c_v[KNB][32], o_s[KNB][32],
-            o_v[KNB][32];
+            o_v[KNB][32], c_in[KNB][32];
         for (size_t i = 0; i < 4 * Hp; i++) bias[i] = (float)urand(-1.0, 1.0);
         for (size_t e = 0; e < nb; e++) {
           for (size_t i = 0; i < 4 * Hp; i++) gx[e][i] = (float)urand(-2.0, 2.0);
           for (size_t i = 0; i < KR; i++) h[e][i] = (float)urand(-1.0, 1.0);
-          for (size_t i = 0; i < Hp; i++) c_s[e][i] = c_v[e][i] = (float)urand(-1.0, 1.0);
+          for (size_t i = 0; i < Hp; i++) c_in[e][i] = c_s[e][i] = c_v[e][i] = (float)urand(-1.0, 1.0);
           for (size_t i = 0; i < Hp; i++) o_s[e][i] = o_v[e][i] = 12345.0f;
         }
         if (special == 1) { h[0][R - 1] = INFINITY; h[nb - 1][R / 2] = -INFINITY; }
@@ -1236,13 +1236,25 @@ static void test_cell_kernel(const kl_lstmcell_entry* k) {
         for (size_t e = 0; e < nb && ok; e++)
           ok = all_close(c_v[e], c_s[e], Hp, tol, why, sizeof(why), "c") &&
                all_close(o_v[e], o_s[e], Hp, tol, why, sizeof(why), "h");
+        /* the engine deals rows to threads and tiles by count: a row's bits must
+         * not depend on the rows beside it (each row alone, finite inputs) */
+        for (size_t e = 0; e < nb && ok && special == 0; e++) {
+          float c1[32], o1[32];
+          memcpy(c1, c_in[e], sizeof(c1));
+          kl_cell_row r1 = {gx[e], h[e], c1, o1};
+          k->fn(R, Hp, 0, nblk, w, bias, 1, &r1);
+          if (memcmp(c1, c_v[e], Hp * sizeof(float)) || memcmp(o1, o_v[e], Hp * sizeof(float))) {
+            ok = 0;
+            snprintf(why, sizeof(why), " row %zu alone differs from the same row among %zu", e, nb);
+          }
+        }
         if (!ok)
           snprintf(why + strlen(why), sizeof(why) - strlen(why), " R=%zu nb=%zu special=%d", R, nb,
                    special);
         free(w);
       }
-  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6/13 rows, +-inf / NaN in h, "
-        "NaN / inf in gates and c (tol %.0e)%s", k->name, wtype_name(k->wt), ref->name, tol, why);
+  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6/8/13/16 rows, +-inf / NaN in h, "
+        "NaN / inf in gates and c (tol %.0e); each row alone gives the same bits%s", k->name, wtype_name(k->wt), ref->name, tol, why);
 }
 
 static void test_proj_kernel(const kl_lstmproj_entry* k) {

@@ -1,6 +1,6 @@
 /* LSTM cell/projection with IEEE half (float16) recurrent weights on AVX-512F:
  * each 16-unit gate vector is 32 bytes of halves widened with vcvtph2ps (part
- * of AVX-512F) and accumulated in float32 with FMA, in k order, for up to 4
+ * of AVX-512F) and accumulated in float32 with FMA, in k order, for up to 6
  * batch rows per weight load (the float32 kernel's tiling, half the bytes).
  * Layout: see f16-lstmcell-scalar.c. */
 #include <immintrin.h>
@@ -14,8 +14,8 @@ KL_INLINE __m512 ld_half16(const uint16_t* p) {
 
 KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const uint16_t* w, const float* bias,
                          const kl_cell_row* rows, const int NB) {
-  __m512 acc[4][4];
-  const float* h[4];
+  __m512 acc[6][4];
+  const float* h[6];
   _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++) {
     h[e] = (const float*)rows[e].h;
@@ -47,13 +47,19 @@ void kl_f16_lstmcell_ukernel__avx512f(size_t R, size_t Hp, size_t blk0, size_t b
                                       const void* w, const void* bias, size_t nb,
                                       const kl_cell_row* rows) {
   for (size_t blk = blk0; blk < blk1; blk++) {
-    size_t e = 0;
-    for (; e + 4 <= nb; e += 4) cell_tile(R, Hp, blk, w, bias, rows + e, 4);
-    switch (nb - e) {
-      case 3: cell_tile(R, Hp, blk, w, bias, rows + e, 3); break;
-      case 2: cell_tile(R, Hp, blk, w, bias, rows + e, 2); break;
-      case 1: cell_tile(R, Hp, blk, w, bias, rows + e, 1); break;
-      default: break;
+    /* the fewest tiles of at most 6 rows, sizes as even as possible (8 rows:
+     * 4 + 4, not 6 + 2) */
+    for (size_t e = 0, tiles = (nb + 5) / 6; e < nb; tiles--) {
+      const size_t n = (nb - e + tiles - 1) / tiles;
+      switch (n) {
+        case 6: cell_tile(R, Hp, blk, w, bias, rows + e, 6); break;
+        case 5: cell_tile(R, Hp, blk, w, bias, rows + e, 5); break;
+        case 4: cell_tile(R, Hp, blk, w, bias, rows + e, 4); break;
+        case 3: cell_tile(R, Hp, blk, w, bias, rows + e, 3); break;
+        case 2: cell_tile(R, Hp, blk, w, bias, rows + e, 2); break;
+        default: cell_tile(R, Hp, blk, w, bias, rows + e, 1); break;
+      }
+      e += n;
     }
   }
 }

@@ -23,12 +23,16 @@ void kl_f32_vtanh__avx512f(size_t n, const float* x, float* y) {
   }
 }
 
-/* NB elements share each weight load; every element's accumulation order is
- * the same whatever NB is, so results never depend on the batch tiling. */
+/* NB (up to 6) elements share each weight load: 24 accumulators, 4 weight
+ * vectors and the broadcast h fill 29 of the 32 registers. Every element's
+ * accumulation order is the same whatever NB is, so results never depend on the
+ * batch tiling. 6 rows instead of 4 read W_hh from L2 fewer times per step:
+ * one step at H = R = 256 in a loop, 2-vCPU Xeon VM, B = 16 / 64: 0.93 / 0.91x
+ * the time of 4-row tiles (paired medians of 401), B <= 8 level. */
 KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const float* w, const float* bias,
                          const kl_cell_row* rows, const int NB) {
-  __m512 acc[4][4];
-  const float* h[4];
+  __m512 acc[6][4];
+  const float* h[6];
   _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++) {
     h[e] = (const float*)rows[e].h;
@@ -60,13 +64,19 @@ void kl_f32_lstmcell_ukernel__avx512f(size_t R, size_t Hp, size_t blk0, size_t b
                                       const void* w, const void* bias, size_t nb,
                                       const kl_cell_row* rows) {
   for (size_t blk = blk0; blk < blk1; blk++) {
-    size_t e = 0;
-    for (; e + 4 <= nb; e += 4) cell_tile(R, Hp, blk, w, bias, rows + e, 4);
-    switch (nb - e) {
-      case 3: cell_tile(R, Hp, blk, w, bias, rows + e, 3); break;
-      case 2: cell_tile(R, Hp, blk, w, bias, rows + e, 2); break;
-      case 1: cell_tile(R, Hp, blk, w, bias, rows + e, 1); break;
-      default: break;
+    /* the fewest tiles of at most 6 rows, sizes as even as possible (8 rows:
+     * 4 + 4, not 6 + 2) */
+    for (size_t e = 0, tiles = (nb + 5) / 6; e < nb; tiles--) {
+      const size_t n = (nb - e + tiles - 1) / tiles;
+      switch (n) {
+        case 6: cell_tile(R, Hp, blk, w, bias, rows + e, 6); break;
+        case 5: cell_tile(R, Hp, blk, w, bias, rows + e, 5); break;
+        case 4: cell_tile(R, Hp, blk, w, bias, rows + e, 4); break;
+        case 3: cell_tile(R, Hp, blk, w, bias, rows + e, 3); break;
+        case 2: cell_tile(R, Hp, blk, w, bias, rows + e, 2); break;
+        default: cell_tile(R, Hp, blk, w, bias, rows + e, 1); break;
+      }
+      e += n;
     }
   }
 }
