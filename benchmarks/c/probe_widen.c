@@ -34,46 +34,28 @@ static __m512 bf16x16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i*)p)), 16));
 }
 
-NOIPA static float f32_fma(const float* w, size_t nv, float x) {
-  ACC8;
-  const __m512 h = _mm512_set1_ps(x);
-  for (size_t i = 0; i < nv; i += 8) {
-#define S(j) a##j = _mm512_fmadd_ps(_mm512_load_ps(w + (i + j) * 16), h, a##j);
-    UNROLL8(S)
-#undef S
+/* A loop over nv vectors of 16 weights of type T at w into 8 accumulators,
+ * each vector used as S_name says. */
+#define STREAM(name, T)                                    \
+  NOIPA static float name(const T* w, size_t nv, float x) { \
+    ACC8;                                                  \
+    const __m512 h = _mm512_set1_ps(x);                    \
+    (void)h;                                               \
+    for (size_t i = 0; i < nv; i += 8) {                   \
+      UNROLL8(S_##name)                                    \
+    }                                                      \
+    return SUM8;                                           \
   }
-  return SUM8;
-}
-NOIPA static float f16_fma(const uint16_t* w, size_t nv, float x) {
-  ACC8;
-  const __m512 h = _mm512_set1_ps(x);
-  for (size_t i = 0; i < nv; i += 8) {
-#define S(j) a##j = _mm512_fmadd_ps(half16(w + (i + j) * 16), h, a##j);
-    UNROLL8(S)
-#undef S
-  }
-  return SUM8;
-}
-NOIPA static float f16_widen(const uint16_t* w, size_t nv, float x) {
-  ACC8;
-  (void)x;
-  for (size_t i = 0; i < nv; i += 8) {
-#define S(j) a##j = _mm512_or_ps(a##j, half16(w + (i + j) * 16));
-    UNROLL8(S)
-#undef S
-  }
-  return SUM8;
-}
-NOIPA static float bf16_fma(const uint16_t* w, size_t nv, float x) {
-  ACC8;
-  const __m512 h = _mm512_set1_ps(x);
-  for (size_t i = 0; i < nv; i += 8) {
-#define S(j) a##j = _mm512_fmadd_ps(bf16x16(w + (i + j) * 16), h, a##j);
-    UNROLL8(S)
-#undef S
-  }
-  return SUM8;
-}
+#define FMA(a, v, h) _mm512_fmadd_ps(v, h, a)
+#define OR(a, v, h) _mm512_or_ps(a, v)
+#define S_f32_fma(j) a##j = FMA(a##j, _mm512_load_ps(w + (i + j) * 16), h);
+#define S_f16_fma(j) a##j = FMA(a##j, half16(w + (i + j) * 16), h);
+#define S_f16_widen(j) a##j = OR(a##j, half16(w + (i + j) * 16), h);
+#define S_bf16_fma(j) a##j = FMA(a##j, bf16x16(w + (i + j) * 16), h);
+STREAM(f32_fma, float)
+STREAM(f16_fma, uint16_t)
+STREAM(f16_widen, uint16_t)
+STREAM(bf16_fma, uint16_t)
 
 static int cmp(const void* a, const void* b) {
   const double x = *(const double*)a, y = *(const double*)b;

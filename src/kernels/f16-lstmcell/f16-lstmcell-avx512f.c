@@ -47,20 +47,9 @@ void kl_f16_lstmcell_ukernel__avx512f(size_t R, size_t Hp, size_t blk0, size_t b
                                       const void* w, const void* bias, size_t nb,
                                       const kl_cell_row* rows) {
   for (size_t blk = blk0; blk < blk1; blk++) {
-    /* the fewest tiles of at most 6 rows, sizes as even as possible (8 rows:
-     * 4 + 4, not 6 + 2) */
-    for (size_t e = 0, tiles = (nb + 5) / 6; e < nb; tiles--) {
-      const size_t n = (nb - e + tiles - 1) / tiles;
-      switch (n) {
-        case 6: cell_tile(R, Hp, blk, w, bias, rows + e, 6); break;
-        case 5: cell_tile(R, Hp, blk, w, bias, rows + e, 5); break;
-        case 4: cell_tile(R, Hp, blk, w, bias, rows + e, 4); break;
-        case 3: cell_tile(R, Hp, blk, w, bias, rows + e, 3); break;
-        case 2: cell_tile(R, Hp, blk, w, bias, rows + e, 2); break;
-        default: cell_tile(R, Hp, blk, w, bias, rows + e, 1); break;
-      }
-      e += n;
-    }
+#define TILE(e, n) cell_tile(R, Hp, blk, w, bias, rows + (e), n)
+    KL_AVX512_CELL_TILES(nb, TILE)
+#undef TILE
   }
 }
 
