@@ -1557,7 +1557,7 @@ static void test_f32_gemm_kernel(const kl_f32_gemm_entry* k) {
  * (n < 32), K blocks continued from C (init NULL), strided A and C, no write past
  * n; an infinity and a NaN in A reach exactly their row. */
 static void test_pgemm_kernel(const kl_f32_pgemm_entry* k, const kl_f32_pgemm_entry* ref) {
-  /* rows: every avx512f tile size (up to 14, split evenly: 15 = 8 + 7, 29 = 10 + 10 + 9) */
+  /* rows: avx512f tiles of up to 14 rows, split evenly (15 = 8 + 7, 29 = 10 + 10 + 9) */
   const size_t Ms[] = {1, 2, 3, 11, 12, 13, 14, 15, 25, 29}, ns[] = {1, 5, 16, 17, 31, 32},
                Ks[] = {1, 7, 40};
   char why[200] = "";

@@ -4,10 +4,11 @@
  * tiles of at most 14, sizes as even as possible (240 = 12 x 13 + 6 x 14, not
  * 17 x 14 + 2). No packing at run time: on this project's 2-core AVX-512 Xeon,
  * 1 thread, bert's 64 x 768 x 768 product ran at 1.3-1.5x OpenBLAS sgemm (which
- * packs B on every call); 512 rows: par. 14 rows instead of 12 (each panel
- * vector feeds 14 rows): 240-252 rows x 768 or 640 deep, paired medians of 200,
- * 0.94-0.96x the time. One fused multiply-add per k in k order per element, as
- * the scalar kernel: the tiling does not change the bits. */
+ * packs B on every call); 512 rows: par. 14-row tiles instead of 12 and the
+ * prefetch below, lent 16-core Xeon, 1 thread, paired medians of 150: 171 x 768
+ * x 768 0.91-0.94x the time, 240-256 rows 0.97-0.99x, 512 rows and K = 2048 level
+ * (benchmarks/RESULTS.md). One fused multiply-add per k in k order per element,
+ * as the scalar kernel: the tiling does not change the bits. */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -36,9 +37,9 @@ KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const 
   }
   size_t k = 0;
   for (; k < K; k++) {
-    /* unconditional: a prefetch past the panel's end is harmless, and the test
-     * it replaced cost 4-5% of the tile (an integer address, so no pointer is
-     * formed out of bounds) */
+    /* unconditional: a prefetch past the panel's end is harmless, and the bounds
+     * test it replaced cost 4-5% in a standalone probe (an integer address, so
+     * no pointer is formed out of bounds) */
     const uintptr_t ahead = (uintptr_t)(P + k * KL_PGEMM_NR) + PF * KL_PGEMM_NR * sizeof(float);
     _mm_prefetch((const char*)ahead, _MM_HINT_T0);
     _mm_prefetch((const char*)(ahead + 64), _MM_HINT_T0);
