@@ -62,22 +62,27 @@ KL_INLINE void kl_avx512_cell_update(const __m512 acc[4], const float* gx, const
   _mm512_storeu_ps(h_out + u, _mm512_mul_ps(o, kl_avx512_tanh(cn)));
 }
 
+/* Rows [0, total) in the fewest tiles of at most max rows, sizes as even as
+ * possible (8 rows by 6: 4 + 4, not 6 + 2):
+ *   for (KL_EVEN_TILES(e, n, total, max)) ... rows [e, e + n) ...
+ * Used by the cells' batch tiles and f32-pgemm's row tiles. */
+#define KL_EVEN_TILES(e, n, total, max)                            \
+  size_t e = 0, n = 0, e##tiles_ = ((total) + (max) - 1) / (max); \
+  e < (total) && (n = ((total) - e + e##tiles_ - 1) / e##tiles_, 1); e += n, e##tiles_--
+
 /* The batch tiling of the avx512f cells: calls TILE(e, n) for rows [e, e + n)
- * over the fewest tiles of at most 6 rows, sizes as even as possible (8 rows:
- * 4 + 4, not 6 + 2); n is a constant in each call, so each size is its own
- * unrolled tile. */
-#define KL_AVX512_CELL_TILES(nb, TILE)                                \
-  for (size_t e_ = 0, tiles_ = ((nb) + 5) / 6; e_ < (nb); tiles_--) { \
-    const size_t n_ = ((nb) - e_ + tiles_ - 1) / tiles_;              \
-    switch (n_) {                                                     \
-      case 6: TILE(e_, 6); break;                                     \
-      case 5: TILE(e_, 5); break;                                     \
-      case 4: TILE(e_, 4); break;                                     \
-      case 3: TILE(e_, 3); break;                                     \
-      case 2: TILE(e_, 2); break;                                     \
-      default: TILE(e_, 1); break;                                    \
-    }                                                                 \
-    e_ += n_;                                                         \
+ * over even tiles of at most 6 rows; n is a constant in each call, so each size
+ * is its own unrolled tile. */
+#define KL_AVX512_CELL_TILES(nb, TILE) \
+  for (KL_EVEN_TILES(e_, n_, nb, 6)) { \
+    switch (n_) {                      \
+      case 6: TILE(e_, 6); break;      \
+      case 5: TILE(e_, 5); break;      \
+      case 4: TILE(e_, 4); break;      \
+      case 3: TILE(e_, 3); break;      \
+      case 2: TILE(e_, 2); break;      \
+      default: TILE(e_, 1); break;     \
+    }                                  \
   }
 
 #endif

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "avx512f-math.h"
 #include "internal.h"
 
 #ifndef KL_INLINE
@@ -63,8 +64,7 @@ void kl_f32_pgemm_ukernel__avx512f(size_t M, size_t n, size_t K, const float* A,
                                    const float* P, const float* init, float* C, size_t ldc) {
   const __mmask16 m0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
   const __mmask16 m1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1u) : 0;
-  for (size_t m = 0, tiles = (M + MR - 1) / MR; m < M; tiles--) {
-    const size_t mr = (M - m + tiles - 1) / tiles;
+  for (KL_EVEN_TILES(m, mr, M, MR)) {
     const float* a = A + m * lda;
     float* c = C + m * ldc;
     switch (mr) {
@@ -75,6 +75,5 @@ void kl_f32_pgemm_ukernel__avx512f(size_t M, size_t n, size_t K, const float* A,
 #undef KL_TILE
       default: break;
     }
-    m += mr;
   }
 }
