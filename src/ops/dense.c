@@ -159,18 +159,43 @@ typedef struct pk_job {
   kl_f32_pgemm_ukernel_fn kern;
   kl_f32_vunary_fn gelu; /* for act == KL_ACT_GELU_TANH */
   int64_t np, mb, pchunk, rblocks, pblocks, ntasks; /* panels; rows and panels per task */
+  float* tiles; /* c_trans: per thread, a tile of mb x KL_PGEMM_NR */
   atomic_llong next;
 } pk_job;
 
-static void pk_tile(const pk_job* j, int64_t t) {
+/* dst[j * ldd + i] = src[i * lds + j] for i < m, j < n. */
+static void transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t m, int64_t n) {
+  for (int64_t i0 = 0; i0 < m; i0 += 16) {
+    const int64_t i1 = i0 + 16 < m ? i0 + 16 : m;
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+      const int64_t j1 = j0 + 16 < n ? j0 + 16 : n;
+      for (int64_t j = j0; j < j1; j++)
+        for (int64_t i = i0; i < i1; i++) dst[j * ldd + i] = src[i * lds + j];
+    }
+  }
+}
+
+static void pk_tile(const pk_job* j, int64_t t, int ith) {
   const kl_matmul_args* a = j->a;
   const int64_t per = j->rblocks * j->pblocks, b = t / per, r = t % per;
   const int64_t m0 = (r / j->pblocks) * j->mb, p0 = (r % j->pblocks) * j->pchunk;
   const int64_t m = a->M - m0 < j->mb ? a->M - m0 : j->mb;
   const int64_t p1 = p0 + j->pchunk < j->np ? p0 + j->pchunk : j->np;
-  float* C = a->c + b * a->sc + m0 * a->ldc;
   const float* A = a->a + b * a->sa + m0 * a->lda;
   const float* P = a->K ? a->b + b * a->sb : NULL;
+  if (a->c_trans) { /* each panel's columns into this thread's tile, then to C^T's rows */
+    float* tile = j->tiles + (int64_t)ith * j->mb * KL_PGEMM_NR;
+    float* Ct = a->c + b * a->sc + m0;
+    for (int64_t p = p0; p < p1; p++) {
+      const int64_t n0 = p * KL_PGEMM_NR, n = a->N - n0 < KL_PGEMM_NR ? a->N - n0 : KL_PGEMM_NR;
+      kl_pgemm_panels(j->kern, m, n, a->K, A, a->lda, P + n0 * a->K,
+                      a->bias ? a->bias + n0 * a->sbias : NULL, a->sbias, tile, KL_PGEMM_NR, 0, 1, 0);
+      if (j->gelu) gelu_rows(j->gelu, tile, m, n, KL_PGEMM_NR);
+      transpose(tile, KL_PGEMM_NR, Ct + n0 * a->ldc, a->ldc, m, n);
+    }
+    return;
+  }
+  float* C = a->c + b * a->sc + m0 * a->ldc;
   if (!j->gelu) {
     kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p0, p1, 0);
     return;
@@ -183,10 +208,9 @@ static void pk_tile(const pk_job* j, int64_t t) {
 }
 
 static void pk_task(void* ctx, int ith, int nth) {
-  (void)ith;
   (void)nth;
   pk_job* j = ctx;
-  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) pk_tile(j, t);
+  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) pk_tile(j, t, ith);
 }
 
 /* Tasks: row blocks of at most KL_PGEMM_MC, each split into runs of panels so
@@ -194,6 +218,7 @@ static void pk_task(void* ctx, int ith, int nth) {
 static kl_status pgemm(const kl_matmul_args* a, int nth) {
   pk_job j;
   j.a = a;
+  j.tiles = NULL;
   j.kern = kl_select_f32_pgemm();
   j.gelu = a->act == KL_ACT_GELU_TANH ? kl_select_vgelu() : NULL;
   j.np = cdiv(a->N, KL_PGEMM_NR);
@@ -207,7 +232,13 @@ static kl_status pgemm(const kl_matmul_args* a, int nth) {
   j.ntasks = a->batch * j.rblocks * j.pblocks;
   atomic_init(&j.next, 0);
   if (nth > j.ntasks) nth = (int)j.ntasks;
-  return kl_pool_run(nth, pk_task, &j);
+  if (!a->c_trans) return kl_pool_run(nth, pk_task, &j);
+  size_t cap = 0;
+  j.tiles = kl_scratch_take((size_t)nth * (size_t)(j.mb * KL_PGEMM_NR) * sizeof(float), &cap);
+  if (!j.tiles) return KL_ERR_NOMEM;
+  const kl_status s = kl_pool_run(nth, pk_task, &j);
+  kl_scratch_give(j.tiles, cap);
+  return s;
 }
 
 kl_status kl_f32_matmul(const kl_matmul_args* a) {
@@ -217,6 +248,7 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   if (a->batch == 0 || a->M == 0 || a->N == 0) return KL_OK;
   if (!a->c || (a->K > 0 && (!a->a || !a->b))) return KL_ERR_ARG; /* empty operands may be NULL */
   if (a->act != KL_ACT_NONE && a->act != KL_ACT_GELU_TANH) return KL_ERR_ARG;
+  if (a->c_trans && !a->b_panels) return KL_ERR_ARG;
   const double macs = (double)a->batch * (double)a->M * (double)a->N * (double)(a->K + 1);
   int nth = resolve_threads(a->num_threads);
   if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
@@ -270,12 +302,76 @@ static void im2col_task(void* ctx, int ith, int nth) {
   if (r0 < r1) im2col_rows(j->a, j->x, j->cols, r0, r1);
 }
 
+/* ---- conv1d on weights packed in panels: no im2col -------------------------
+ * With the kernel axis ordered (tap, channel), the im2col row of output step t
+ * is rows t .. t + ksize - 1 of x transposed and zero padded (xt, [steps][cin]),
+ * contiguous: so y^T = xt (rows cin apart, overlapping) @ W packed in panels, on
+ * the f32-pgemm kernels, stored transposed (c_trans) panel by panel from a tile
+ * in L1. One pass transposes x; nothing of ksize x the input is written. */
+typedef struct xt_job {
+  const kl_conv1d_args* a;
+  float* xt;
+  int64_t rows; /* steps of xt per batch element: wout + ksize - 1 */
+} xt_job;
+
+static void xt_task(void* ctx, int ith, int nth) {
+  const xt_job* j = ctx;
+  const kl_conv1d_args* a = j->a;
+  const int64_t total = a->batch * j->rows, per = cdiv(total, nth);
+  const int64_t r0 = per * ith, r1 = r0 + per < total ? r0 + per : total;
+  for (int64_t r = r0; r < r1;) { /* a run of steps of one batch element */
+    const int64_t b = r / j->rows, t0 = r % j->rows;
+    const int64_t t1 = r1 - b * j->rows < j->rows ? r1 - b * j->rows : j->rows;
+    float* xt = j->xt + r * a->cin;
+    /* steps t hold x[.., t - pad_l] for t - pad_l in [0, win), zeros elsewhere */
+    int64_t lo = a->pad_l > t0 ? a->pad_l : t0, hi = a->pad_l + a->win < t1 ? a->pad_l + a->win : t1;
+    if (hi < lo) lo = hi = t1;
+    memset(xt, 0, (size_t)((lo - t0) * a->cin) * sizeof(float));
+    transpose(a->x + b * a->cin * a->win + (lo - a->pad_l), a->win, xt + (lo - t0) * a->cin, a->cin,
+              a->cin, hi - lo);
+    memset(xt + (hi - t0) * a->cin, 0, (size_t)((t1 - hi) * a->cin) * sizeof(float));
+    r += t1 - t0;
+  }
+}
+
+static kl_status conv1d_panels(const kl_conv1d_args* a, int nth) {
+  if (a->stride != 1 || a->dilation != 1) return KL_ERR_ARG;
+  xt_job xj = {a, NULL, a->wout + a->ksize - 1};
+  size_t cap = 0;
+  xj.xt = kl_scratch_take((size_t)(a->batch * xj.rows * a->cin) * sizeof(float), &cap);
+  if (!xj.xt) return KL_ERR_NOMEM;
+  const double bytes = (double)(a->batch * xj.rows * a->cin) * 4.0;
+  kl_status s = kl_pool_run(bytes < (1 << 18) ? 1 : nth, xt_task, &xj);
+  kl_matmul_args m;
+  memset(&m, 0, sizeof(m));
+  m.batch = a->batch;
+  m.M = a->wout;
+  m.N = a->cout;
+  m.K = a->ksize * a->cin;
+  m.a = xj.xt;
+  m.lda = a->cin;
+  m.sa = xj.rows * a->cin;
+  m.b = a->w;
+  m.b_panels = 1;
+  m.c_trans = 1;
+  m.bias = a->bias;
+  m.sbias = 1;
+  m.c = a->y;
+  m.ldc = a->wout;
+  m.sc = a->cout * a->wout;
+  m.num_threads = nth;
+  if (s == KL_OK) s = kl_f32_matmul(&m);
+  kl_scratch_give(xj.xt, cap);
+  return s;
+}
+
 kl_status kl_f32_conv1d(const kl_conv1d_args* a) {
   if (!a || a->batch < 0 || a->cin < 1 || a->cout < 1 || a->win < 0 || a->wout < 0 ||
       a->ksize < 1 || a->stride < 1 || a->dilation < 1 || a->pad_l < 0 || !a->x || !a->w || !a->y)
     return KL_ERR_ARG;
   if (a->batch == 0 || a->wout == 0) return KL_OK;
   const int nth = resolve_threads(a->num_threads);
+  if (a->w_panels) return conv1d_panels(a, nth);
   const int direct = a->ksize == 1 && a->stride == 1 && a->pad_l == 0 && a->wout == a->win;
   float* cols = NULL;
   if (!direct) {

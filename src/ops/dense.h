@@ -35,6 +35,9 @@ typedef struct kl_matmul_args {
    * zeros past N (internal.h, KL_PGEMM_NR). Runs the f32-pgemm kernel list instead of
    * OpenBLAS: no packing per call, which pays at few rows (see dense.c). */
   int b_panels;
+  /* 1 (b_panels only): C[b] is stored transposed, N x M rows of stride ldc
+   * (C^T = (A @ op(B))^T: a convolution's NCW output from time-major rows). */
+  int c_trans;
   const float* bias;
   int64_t sbias;
   float* c;
@@ -49,13 +52,17 @@ kl_status kl_f32_matmul(const kl_matmul_args* args);
 #define KL_DENSE_PANEL 32
 
 /* y[n] = conv1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's Conv1d):
- *   x: [batch, cin, win] compact; w: [cout, cin, ksize] compact;
+ *   x: [batch, cin, win] compact; w: [cout, cin, ksize] compact, or with w_panels
+ *   (stride 1 and dilation 1 only) packed in panels of KL_DENSE_PANEL output
+ *   channels over the kernel axis ordered (tap, channel): [ceil(cout / 32)][ksize * cin][32]
+ *   compact, w[o, c, j] at [o / 32][j * cin + c][o % 32], zeros past cout;
  *   y: [batch, cout, wout] compact, wout = (win + pad_l + pad_r - dilation*(ksize-1) - 1)/stride + 1
  *   (pad_r is implied by wout); bias: cout values or NULL. */
 typedef struct kl_conv1d_args {
   int64_t batch, cin, cout, win, wout, ksize, stride, dilation, pad_l;
   const float* x;
   const float* w;
+  int w_panels;
   const float* bias;
   float* y;
   int num_threads;

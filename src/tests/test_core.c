@@ -1844,6 +1844,84 @@ static void test_dense_matmul_panels(void) {
   for (int i = 0; i < 5; i++) free(C[i]);
 }
 
+/* conv1d on w packed in panels (w_panels: no im2col, the output stored from
+ * transposed tiles) against a float64 convolution: batch 2, asymmetric padding
+ * wider than the kernel's reach (all-zero windows at both ends), a partial panel
+ * of output channels, K = 5 x 70 over two KL_PGEMM_KC blocks, 260 steps over two
+ * row blocks; with and without bias; 1, 2, 3 and 8 threads bitwise equal; NaN in
+ * x gives NaN in exactly the outputs whose window reads it; stride 2 refused. */
+static void test_dense_conv1d_panels(void) {
+  const int64_t batch = 2, cin = 70, cout = 45, ks = 5, win = 255, pl = 6, pr = 3;
+  const int64_t wout = win + pl + pr - ks + 1, K = ks * cin, np = (cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
+  float* x = malloc(sizeof(float) * (size_t)(batch * cin * win));
+  float* w = malloc(sizeof(float) * (size_t)(cout * cin * ks));
+  float* P = calloc((size_t)(np * K * KL_DENSE_PANEL), sizeof(float));
+  float* bias = malloc(sizeof(float) * (size_t)cout);
+  float* y[4];
+  for (int i = 0; i < 4; i++) y[i] = malloc(sizeof(float) * (size_t)(batch * cout * wout));
+  kl_status s = KL_ERR_NOMEM;
+  double err = 0;
+  int same = 1, nan_ok = 1;
+  if (x && w && P && bias && y[0] && y[1] && y[2] && y[3]) {
+    uint32_t st = 17;
+    for (int64_t i = 0; i < batch * cin * win; i++) x[i] = frand(&st);
+    for (int64_t i = 0; i < cout * cin * ks; i++) w[i] = frand(&st);
+    for (int64_t i = 0; i < cout; i++) bias[i] = frand(&st);
+    for (int64_t o = 0; o < cout; o++) /* w[o, c, j] at [o / 32][j * cin + c][o % 32] */
+      for (int64_t c = 0; c < cin; c++)
+        for (int64_t j = 0; j < ks; j++)
+          P[((o / KL_DENSE_PANEL) * K + j * cin + c) * KL_DENSE_PANEL + o % KL_DENSE_PANEL] =
+              w[(o * cin + c) * ks + j];
+    const int threads[4] = {1, 2, 3, 8};
+    s = KL_OK;
+    for (int hb = 0; hb < 2 && s == KL_OK; hb++) {
+      for (int t = 0; t < 4 && s == KL_OK; t++) {
+        kl_conv1d_args c;
+        memset(&c, 0, sizeof(c));
+        c.batch = batch, c.cin = cin, c.cout = cout, c.win = win, c.wout = wout, c.ksize = ks;
+        c.stride = 1, c.dilation = 1, c.pad_l = pl, c.x = x, c.w = P, c.w_panels = 1;
+        c.bias = hb ? bias : NULL, c.y = y[t], c.num_threads = threads[t];
+        s = kl_f32_conv1d(&c);
+      }
+      for (int64_t n = 0; n < batch && s == KL_OK; n++)
+        for (int64_t o = 0; o < cout; o++)
+          for (int64_t t = 0; t < wout; t++) {
+            double r = hb ? bias[o] : 0.0;
+            for (int64_t c = 0; c < cin; c++)
+              for (int64_t j = 0; j < ks; j++) {
+                const int64_t u = t + j - pl;
+                if (u >= 0 && u < win) r += (double)x[(n * cin + c) * win + u] * w[(o * cin + c) * ks + j];
+              }
+            err = fmax(err, fabs(r - y[0][(n * cout + o) * wout + t]));
+          }
+      for (int t = 1; t < 4; t++) same = same && !memcmp(y[0], y[t], sizeof(float) * (size_t)(batch * cout * wout));
+    }
+    /* NaN at step 100 of channel 3 of the second element: outputs 100 + pl - j, j < ks */
+    x[(cin + 3) * win + 100] = NAN;
+    kl_conv1d_args c;
+    memset(&c, 0, sizeof(c));
+    c.batch = batch, c.cin = cin, c.cout = cout, c.win = win, c.wout = wout, c.ksize = ks;
+    c.stride = 1, c.dilation = 1, c.pad_l = pl, c.x = x, c.w = P, c.w_panels = 1, c.y = y[1];
+    c.num_threads = 2;
+    if (s == KL_OK) s = kl_f32_conv1d(&c);
+    for (int64_t n = 0; n < batch && s == KL_OK; n++)
+      for (int64_t o = 0; o < cout; o++)
+        for (int64_t t = 0; t < wout; t++)
+          nan_ok &= isnan(y[1][(n * cout + o) * wout + t]) == (n == 1 && t > 100 + pl - ks && t <= 100 + pl);
+    c.stride = 2;
+    nan_ok &= kl_f32_conv1d(&c) == KL_ERR_ARG;
+  }
+  check(s == KL_OK && err < 1e-4 && same && nan_ok,
+        "[dense] conv1d on panels, 2 x 70 -> 45 channels, 5 taps, padding 6/3, 255 steps: %s, max "
+        "abs err %.2g, threads 1/2/3/8 bitwise equal, NaN confined to its windows, stride 2 "
+        "refused", kl_status_str(s), err);
+  free(x);
+  free(w);
+  free(P);
+  free(bias);
+  for (int i = 0; i < 4; i++) free(y[i]);
+}
+
 /* More threads than the shape's tiles: 256x512 (K = 256) is 2 tiles; 8 threads
  * split them into 8 (rows first). Bitwise equal to 1 and 2 threads. */
 static void test_dense_matmul_split(void) {
@@ -1993,6 +2071,7 @@ int main(void) {
   test_dense_matmul();
   test_dense_matmul_split();
   test_dense_matmul_panels();
+  test_dense_conv1d_panels();
   test_dense_attention();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");

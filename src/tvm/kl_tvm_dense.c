@@ -8,10 +8,13 @@
  *   [ceil(N / 32), K, 32] tensor shared by every batch (see kl_matmul_args; trans_b
  *   ignored), as the TVM lowering packs constant weights.
  *   numpy batch broadcasting where each operand's batch is C's or all ones; every
- *   matrix needs unit stride along its rows and batch dims that fold into one stride.
+ *   matrix needs unit stride along its rows and batch dims that fold into one stride;
+ *   rows may overlap (row stride < K) only in A with b_panels.
  *   bias: N values along its last dimension (any leading ones, any stride).
- * kokoro_lstm.conv1d_v1(cfg: Shape(abi, stride, pad_l, pad_r, dilation, has_bias, num_threads),
- *                       x [N, Cin, W], w [Cout, Cin, K], [bias [Cout]], y [N, Cout, Wout])
+ * kokoro_lstm.conv1d_v1(cfg: Shape(abi, stride, pad_l, pad_r, dilation, has_bias, num_threads
+ *                       [, w_panels]), x [N, Cin, W], w [Cout, Cin, K], [bias [Cout]], y [N, Cout, Wout])
+ *   w_panels (absent: 0): 1: w packed in panels over (tap, channel), a compact
+ *   [ceil(Cout / 32), K * Cin, 32] tensor (see kl_conv1d_args); stride and dilation 1.
  * kokoro_lstm.conv1d_transpose_dw_v1(cfg: Shape(abi, stride, pad_l, dilation, has_bias,
  *                       num_threads), x [N, C, W], w [C, 1, K], [bias [C]], y [N, C, Wout])
  * kokoro_lstm.softmax_v1(cfg: Shape(abi, num_threads), x [..., n], y [..., n])
@@ -136,11 +139,15 @@ static int fold_batch(const view* v, int nb, const int64_t* cb, int ncb, int64_t
 
 /* Row stride of the matrix made of the last two dims (rows, cols): the column
  * stride must be 1 (or cols <= 1). Returns -1 if not. */
-static int64_t row_stride(const view* v) {
+/* The row stride of v's last two dims, or -1 when its rows are not unit stride,
+ * -2 when they overlap (stride < row length) and overlap is not allowed (only an
+ * A read by the panel kernels may: a convolution's time-shifted rows). */
+static int64_t row_stride(const view* v, int overlap_ok) {
   const int64_t rows = v->shape[v->ndim - 2], cols = v->shape[v->ndim - 1];
   if (cols > 1 && v->strides[v->ndim - 1] != 1) return -1;
-  int64_t ld = v->strides[v->ndim - 2];
-  if (rows <= 1 || ld < cols) ld = cols > 0 ? cols : 1; /* any value >= cols is valid for BLAS */
+  const int64_t ld = v->strides[v->ndim - 2];
+  if (rows <= 1) return cols > 0 ? cols : 1; /* any value >= cols is valid for BLAS */
+  if (ld < cols) return overlap_ok && ld >= 1 ? ld : -2;
   return ld;
 }
 
@@ -232,11 +239,15 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
                 "batch dimensions must be C's or all ones, and fold into one stride");
   if (m.batch > 1 && sc == 0) sc = M * N; /* unreachable: C's batch is its own */
   m.sc = sc;
-  m.lda = row_stride(&A);
-  m.ldb = panels ? KL_DENSE_PANEL : row_stride(&B);
-  m.ldc = row_stride(&C);
-  if (m.lda < 0 || m.ldb < 0 || m.ldc < 0)
+  m.lda = row_stride(&A, (int)panels);
+  m.ldb = panels ? KL_DENSE_PANEL : row_stride(&B, 0);
+  m.ldc = row_stride(&C, 0);
+  if (m.lda == -1 || m.ldb == -1 || m.ldc == -1)
     return errf("ValueError", fn, "the last dimension of A, B and C must have stride 1");
+  if (m.lda < 0 || m.ldb < 0 || m.ldc < 0)
+    return errf("ValueError", fn,
+                "rows of a matrix overlap (row stride < row length): only A, and only with B "
+                "packed in panels, may");
   m.M = M;
   m.N = N;
   m.K = K;
@@ -275,8 +286,12 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   char what[300];
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, 7, &cfg)) return -1;
+  const TVMFFIShapeCell* cell = nargs >= 1 ? as_shape(&args[0]) : NULL;
+  /* w_panels is optional */
+  if (check_cfg(fn, args, nargs, cell && cell->size == 8 ? 8 : 7, &cfg)) return -1;
   const int has_bias = cfg[5] != 0;
+  const int64_t panels = cell->size == 8 ? cfg[7] : 0;
+  if (panels != 0 && panels != 1) return errf("ValueError", fn, "unknown w layout in the config");
   if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
   view x, w, bias, y;
   if (conv_common(fn, args, has_bias, &x, &w, &bias, &y)) return -1;
@@ -285,8 +300,8 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   c.batch = x.shape[0];
   c.cin = x.shape[1];
   c.win = x.shape[2];
-  c.cout = w.shape[0];
-  c.ksize = w.shape[2];
+  c.cout = panels ? y.shape[1] : w.shape[0];
+  c.ksize = panels ? w.shape[1] / (c.cin > 0 ? c.cin : 1) : w.shape[2];
   c.wout = y.shape[2];
   c.stride = cfg[1];
   c.pad_l = cfg[2];
@@ -294,20 +309,33 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   const int64_t pad_r = cfg[3];
   if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0 || pad_r < 0)
     return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
+  if (panels && (c.stride != 1 || c.dilation != 1))
+    return errf("ValueError", fn, "w packed in panels needs stride 1 and dilation 1");
+  if (panels && (w.shape[0] != (c.cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL || c.ksize < 1 ||
+                 w.shape[1] != c.ksize * c.cin || w.shape[2] != KL_DENSE_PANEL)) {
+    snprintf(what, sizeof(what),
+             "w packed in panels must be [%lld, ksize * %lld, %d] for %lld output channels, got "
+             "[%lld, %lld, %lld]",
+             (long long)((c.cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL), (long long)c.cin,
+             KL_DENSE_PANEL, (long long)c.cout, (long long)w.shape[0], (long long)w.shape[1],
+             (long long)w.shape[2]);
+    return errf("ValueError", fn, what);
+  }
   const int64_t span = c.win + c.pad_l + pad_r - c.dilation * (c.ksize - 1) - 1;
   const int64_t wout = span < 0 ? 0 : span / c.stride + 1;
-  if (w.shape[1] != c.cin || y.shape[1] != c.cout || c.wout != wout ||
+  if ((!panels && (w.shape[1] != c.cin || y.shape[1] != c.cout)) || c.wout != wout ||
       (has_bias && numel(&bias) != c.cout)) {
     snprintf(what, sizeof(what),
              "shapes do not match: x [%lld, %lld, %lld], w [%lld, %lld, %lld], y [.., %lld, %lld] "
              "(expected %lld output steps)",
-             (long long)c.batch, (long long)c.cin, (long long)c.win, (long long)c.cout,
-             (long long)w.shape[1], (long long)c.ksize, (long long)y.shape[1], (long long)c.wout,
+             (long long)c.batch, (long long)c.cin, (long long)c.win, (long long)w.shape[0],
+             (long long)w.shape[1], (long long)w.shape[2], (long long)y.shape[1], (long long)c.wout,
              (long long)wout);
     return errf("ValueError", fn, what);
   }
   c.x = x.data;
   c.w = w.data;
+  c.w_panels = (int)panels;
   c.bias = has_bias ? bias.data : NULL;
   c.y = y.data;
   c.num_threads = cfg[6] > 0 ? (int)cfg[6] : 0;
