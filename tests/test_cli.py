@@ -222,6 +222,8 @@ def test_default_method_reloads_without_kokoro_lstm(ported, tmp_path, km):
         r = _report(lib.parent, comp)
         assert r["validation"]["passed"] and r["dense_method"] == "native"
         assert r["runtime_needs"]["engine_linked"] and r["dense_calls"]
+        if comp in ("text_encoder", "f0n"):  # weight-normed k = 3 / 5 convs on panels
+            assert r["dense_packed_weights"]["convs"] > 0
         inputs = _inputs(comp, T - 3)
         model = C.build_component(comp, CFG, km, seed=0)
         with torch.no_grad():

@@ -223,6 +223,71 @@ def test_conv1d_shape_error():
         _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), _t(y))
 
 
+def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None):
+    """conv1d_v1 with w packed in panels over (tap, channel) (config value w_panels = 1)."""
+    P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy())) if packed is None else packed
+    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, pad[0], pad[1], 1, int(bias is not None), nth, 1])
+    cout = y.shape[1]
+    _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(P), *([_t(bias.view(1, cout, 1))] if bias is not None else []),
+                            _t(y))
+
+
+@pytest.mark.parametrize("cin,cout,k,pad,w", [
+    (16, 9, 3, (1, 1), 21),
+    (12, 40, 5, (2, 2), 17),      # a partial second panel
+    (70, 33, 5, (6, 3), 30),      # K = 350 over two K blocks; windows of padding only
+    (4, 6, 3, (0, 0), 3),         # one output step
+    (8, 5, 2, (0, 1), 300),       # an even kernel; 300 steps: two row blocks
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv1d_panels_against_torch(cin, cout, k, pad, w, bias):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, cin, w, generator=g)
+    wt = torch.randn(cout, cin, k, generator=g)
+    b = torch.randn(cout, generator=g) if bias else None
+    want = torch.nn.functional.conv1d(torch.nn.functional.pad(x.double(), pad), wt.double(),
+                                      b.double() if bias else None).numpy()
+    ys = []
+    for nth in (1, 2, 3):
+        y = torch.full(want.shape, float("nan"))
+        _conv_panels(x, wt, y, pad, bias=b, nth=nth)
+        _close(y.numpy(), want)
+        ys.append(y.numpy())
+    assert all(np.array_equal(ys[0], o) for o in ys[1:])   # any thread count, same bits
+
+
+def test_conv1d_panels_errors():
+    x, wt = torch.randn(1, 4, 10), torch.randn(3, 4, 3)
+    y = torch.empty(1, 3, 10)
+    P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy()))
+    f = _fn(_dense.CONV1D_FUNC)
+    with pytest.raises(ValueError, match="stride 1 and dilation 1"):
+        f(tvm_ffi.Shape([_dense.ABI_VERSION, 2, 1, 1, 1, 0, 0, 1]), _t(x), _t(P), _t(torch.empty(1, 3, 5)))
+    with pytest.raises(ValueError, match=r"w packed in panels must be \[1, ksize \* 4, 32\]"):
+        _conv_panels(x, wt, y, (1, 1), packed=torch.ones(1, 13, 32))   # 13 is no multiple of 4
+    with pytest.raises(ValueError, match="w packed in panels must be"):
+        _conv_panels(x, wt, torch.empty(1, 33, 10), (1, 1))             # 33 channels need 2 panels
+    with pytest.raises(ValueError, match="unknown w layout"):
+        f(tvm_ffi.Shape([_dense.ABI_VERSION, 1, 1, 1, 1, 0, 0, 2]), _t(x), _t(P), _t(y))
+    with pytest.raises(ValueError, match="expected 10 output steps"):
+        _conv_panels(x, wt, torch.empty(1, 3, 9), (1, 1))
+
+
+def test_matmul_overlapping_rows():
+    """A's rows may overlap (a convolution's shifted windows) only when B is packed in
+    panels; elsewhere overlapping rows are refused, not read as compact."""
+    g = torch.Generator().manual_seed(8)
+    base = torch.randn(40 * 6 + 18, generator=g)
+    A = base.as_strided((40, 24), (6, 1))          # rows 6 apart, 24 long
+    W = torch.randn(10, 24, generator=g)
+    want = A.double().numpy() @ W.double().numpy().T
+    C = torch.full((40, 10), float("nan"))
+    _matmul_panels(A, W, C)
+    _close(C.numpy(), want)
+    with pytest.raises(ValueError, match="rows of a matrix overlap"):
+        _matmul(A, W, torch.empty(40, 10), trans_b=True)
+
+
 @pytest.mark.parametrize("k,stride,pad,out_pad", [(3, 2, 1, 1), (4, 3, 0, 0), (1, 1, 0, 0)])
 def test_conv1d_transpose_dw_against_torch(k, stride, pad, out_pad):
     g = torch.Generator().manual_seed(5)
@@ -302,6 +367,7 @@ def test_rewrite_linear_attention_and_conv():
     got, counts, ex = _run(mod, inputs, dense=True)
     assert counts["matmul"] == 2 and counts["bias_fused"] == 2
     assert counts["conv1d_transpose_dw"] == 1 and counts["attention"] == 1
+    assert counts["conv1d_panels"] == 1  # its constant weight packed in panels
     calls = kt.count_dense_calls(ex.as_text())
     assert set(calls) == {_dense.MATMUL_FUNC, _dense.CONV1D_FUNC, _dense.ATTENTION_FUNC,
                           _dense.CONV1D_TRANSPOSE_DW_FUNC, _dense.SOFTMAX_FUNC}, calls
@@ -340,6 +406,48 @@ def test_rewrite_packs_constant_weights_once():
     want, _, _ = _run(mod, [x], dense=False)
     got, _, _ = _run(mod, [x], dense=True)
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_rewrite_convs_on_panels_weight_norm_folded():
+    """A conv whose weight is computed from constants (weight norm, as torch.export
+    keeps it) gets that weight evaluated at compile time and packed in panels, its
+    computation dropped; a conv on a computed weight, a strided one and a 1-tap one
+    stay on im2col + OpenBLAS. Results as TVM's own lowering."""
+    rng = np.random.default_rng(9)
+    v = rng.standard_normal((8, 6, 3)).astype("float32")
+    gain = rng.standard_normal((8, 1, 1)).astype("float32")
+    bc = rng.standard_normal((1, 8, 1)).astype("float32")
+    w3 = rng.standard_normal((8, 8, 3)).astype("float32")
+    w1 = rng.standard_normal((4, 8, 1)).astype("float32")
+
+    def make(bb):
+        x = relax.Var("x", relax.TensorType((1, 6, 20), "float32"))
+        wp = relax.Var("wp", relax.TensorType((8, 8, 5), "float32"))
+        with bb.function("main", [x, wp]):
+            with bb.dataflow():
+                vc = relax.const(v)
+                nrm = bb.emit(relax.op.sqrt(relax.op.sum(relax.op.multiply(vc, vc), axis=[1, 2],
+                                                         keepdims=True)))
+                w = bb.emit(relax.op.divide(relax.op.multiply(relax.const(gain), vc), nrm))
+                c = bb.emit(relax.op.nn.conv1d(x, w, padding=[1, 1]))              # panels
+                c = bb.emit(relax.op.add(c, relax.const(bc)))                       # bias fused
+                c = bb.emit(relax.op.nn.conv1d(c, wp, padding=[2, 2]))             # computed w
+                c = bb.emit(relax.op.nn.conv1d(c, relax.const(w3), strides=[2]))   # strided
+                c = bb.emit(relax.op.nn.conv1d(c, relax.const(w1)))                # 1 tap
+                out = bb.emit_output(c)
+            bb.emit_func_output(out)
+
+    mod = _build(make)
+    rewritten, counts = kt.rewrite_dense(mod)
+    assert counts["conv1d"] == 4 and counts["conv1d_panels"] == 1 and counts["bias_fused"] == 1
+    assert counts["panels_packed"] == 1
+    text = rewritten.script(show_meta=False)
+    assert "R.sqrt" not in text and "R.divide" not in text   # the weight norm is gone
+    inputs = [rng.standard_normal((1, 6, 20)).astype("float32"),
+              rng.standard_normal((8, 8, 5)).astype("float32")]
+    want, _, _ = _run(mod, inputs, dense=False)
+    got, _, _ = _run(mod, inputs, dense=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("masked", [False, True])

@@ -547,6 +547,7 @@ def _port_method(comp, method, out_dir, opts, progress):
         "dense_calls": kt.count_dense_calls(script),
         # products whose constant weight the lowering packed in panels at compile time
         "dense_packed_weights": {"matmuls": rewrites.get("matmul_panels", 0),
+                                 "convs": rewrites.get("conv1d_panels", 0),
                                  "constants": rewrites.get("panels_packed", 0)},
         "algebra_cuts": {"applied": applied, "detail": cuts},
         "f0n_input": opts.get("f0n_input", "en") if name == "f0n" else None,
