@@ -213,8 +213,29 @@ static void pk_task(void* ctx, int ith, int nth) {
   for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) pk_tile(j, t, ith);
 }
 
+/* When tasks are dealt in order to whichever of nth threads is free first
+ * (take_task), the time the last one ends, in rows x panels, for row blocks of
+ * mb (of M rows, batch times) and runs of pchunk (of np) panels. */
+#define KL_PK_PLAN_THREADS 64
+static int64_t pk_makespan(int64_t batch, int64_t M, int64_t mb, int64_t np, int64_t pchunk, int nth) {
+  int64_t fin[KL_PK_PLAN_THREADS] = {0}, end = 0;
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t m0 = 0; m0 < M; m0 += mb)
+      for (int64_t p0 = 0; p0 < np; p0 += pchunk) {
+        int i = 0;
+        for (int k = 1; k < nth; k++)
+          if (fin[k] < fin[i]) i = k;
+        fin[i] += (M - m0 < mb ? M - m0 : mb) * (np - p0 < pchunk ? np - p0 : pchunk);
+        if (fin[i] > end) end = fin[i];
+      }
+  return end;
+}
+
 /* Tasks: row blocks of at most KL_PGEMM_MC, each split into runs of panels so
- * that there are about 2 tasks per thread (dynamic scheduling evens them out). */
+ * that there are at least 2 tasks per thread; of the splits up to 4 times finer,
+ * the one whose tasks end first on nth threads (5 row blocks, 1024 rows, on 2
+ * threads are 5 tasks that end at 3/5 of the work, not 1/2: two runs of panels
+ * each make 10 that do). Results do not depend on the split. */
 static kl_status pgemm(const kl_matmul_args* a, int nth) {
   pk_job j;
   j.a = a;
@@ -225,9 +246,15 @@ static kl_status pgemm(const kl_matmul_args* a, int nth) {
   j.rblocks = cdiv(a->M, KL_PGEMM_MC);
   j.mb = cdiv(a->M, j.rblocks);
   const int64_t want = nth > 1 ? 2 * (int64_t)nth : 1, have = a->batch * j.rblocks;
-  j.pblocks = have >= want ? 1 : cdiv(want, have);
-  if (j.pblocks > j.np) j.pblocks = j.np;
-  j.pchunk = cdiv(j.np, j.pblocks);
+  const int64_t base = have >= want ? 1 : cdiv(want, have);
+  j.pchunk = cdiv(j.np, base < j.np ? base : j.np);
+  if (nth > 1 && nth <= KL_PK_PLAN_THREADS && have <= 16 * (int64_t)nth) {
+    int64_t best = pk_makespan(a->batch, a->M, j.mb, j.np, j.pchunk, nth);
+    for (int64_t pc = j.pchunk - 1; pc >= 1 && cdiv(j.np, pc) <= 4 * base; pc--) {
+      const int64_t span = pk_makespan(a->batch, a->M, j.mb, j.np, pc, nth);
+      if (span < best) best = span, j.pchunk = pc;
+    }
+  }
   j.pblocks = cdiv(j.np, j.pchunk);
   j.ntasks = a->batch * j.rblocks * j.pblocks;
   atomic_init(&j.next, 0);
