@@ -151,6 +151,11 @@ static kl_status run_pool(int nth, kl_task_fn fn, void* ctx) {
  * Each task: a block of at most KL_PGEMM_MC rows times a run of panels
  * (kl_pgemm_panels); results do not depend on the tasks or the thread count. */
 #define KL_PGEMM_MC 240
+/* A's rows a multiple of this many floats apart (4 KiB: L1's way size) fall in
+ * one L1 set: the 14 rows of a tile, each read a float per k, then contend for 12
+ * ways (bert's FFN down, K = 2048). Such an A is copied per task, rows K + 16
+ * apart. */
+#define KL_PGEMM_ALIAS 1024
 
 _Static_assert(KL_DENSE_PANEL == KL_PGEMM_NR, "dense.h's panel width is the kernels'");
 
@@ -159,7 +164,9 @@ typedef struct pk_job {
   kl_f32_pgemm_ukernel_fn kern;
   kl_f32_vunary_fn gelu; /* for act == KL_ACT_GELU_TANH */
   int64_t np, mb, pchunk, rblocks, pblocks, ntasks; /* panels; rows and panels per task */
-  float* tiles; /* c_trans: per thread, a tile of mb x KL_PGEMM_NR */
+  int64_t ldp;  /* 0, or the row stride of A's copy (see KL_PGEMM_ALIAS) */
+  int64_t per_thread; /* floats of scratch per thread: A's copy, then c_trans's tile */
+  float* scratch;
   atomic_llong next;
 } pk_job;
 
@@ -182,13 +189,20 @@ static void pk_tile(const pk_job* j, int64_t t, int ith) {
   const int64_t m = a->M - m0 < j->mb ? a->M - m0 : j->mb;
   const int64_t p1 = p0 + j->pchunk < j->np ? p0 + j->pchunk : j->np;
   const float* A = a->a + b * a->sa + m0 * a->lda;
+  int64_t lda = a->lda;
   const float* P = a->K ? a->b + b * a->sb : NULL;
+  float* mine = j->scratch ? j->scratch + (int64_t)ith * j->per_thread : NULL;
+  if (j->ldp) { /* A's rows copied ldp apart (KL_PGEMM_ALIAS) */
+    for (int64_t i = 0; i < m; i++) memcpy(mine + i * j->ldp, A + i * lda, (size_t)a->K * sizeof(float));
+    A = mine;
+    lda = j->ldp;
+  }
   if (a->c_trans) { /* each panel's columns into this thread's tile, then to C^T's rows */
-    float* tile = j->tiles + (int64_t)ith * j->mb * KL_PGEMM_NR;
+    float* tile = mine + (j->ldp ? j->mb * j->ldp : 0);
     float* Ct = a->c + b * a->sc + m0;
     for (int64_t p = p0; p < p1; p++) {
       const int64_t n0 = p * KL_PGEMM_NR, n = a->N - n0 < KL_PGEMM_NR ? a->N - n0 : KL_PGEMM_NR;
-      kl_pgemm_panels(j->kern, m, n, a->K, A, a->lda, P + n0 * a->K,
+      kl_pgemm_panels(j->kern, m, n, a->K, A, lda, P + n0 * a->K,
                       a->bias ? a->bias + n0 * a->sbias : NULL, a->sbias, tile, KL_PGEMM_NR, 0, 1, 0);
       if (j->gelu) gelu_rows(j->gelu, tile, m, n, KL_PGEMM_NR);
       transpose(tile, KL_PGEMM_NR, Ct + n0 * a->ldc, a->ldc, m, n);
@@ -197,12 +211,12 @@ static void pk_tile(const pk_job* j, int64_t t, int ith) {
   }
   float* C = a->c + b * a->sc + m0 * a->ldc;
   if (!j->gelu) {
-    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p0, p1, 0);
+    kl_pgemm_panels(j->kern, m, a->N, a->K, A, lda, P, a->bias, a->sbias, C, a->ldc, p0, p1, 0);
     return;
   }
   for (int64_t p = p0; p < p1; p++) { /* GELU on each panel's columns while they are in cache */
     const int64_t n0 = p * KL_PGEMM_NR, n = a->N - n0 < KL_PGEMM_NR ? a->N - n0 : KL_PGEMM_NR;
-    kl_pgemm_panels(j->kern, m, a->N, a->K, A, a->lda, P, a->bias, a->sbias, C, a->ldc, p, p + 1, 0);
+    kl_pgemm_panels(j->kern, m, a->N, a->K, A, lda, P, a->bias, a->sbias, C, a->ldc, p, p + 1, 0);
     gelu_rows(j->gelu, C + n0, m, n, a->ldc);
   }
 }
@@ -239,7 +253,7 @@ static int64_t pk_makespan(int64_t batch, int64_t M, int64_t mb, int64_t np, int
 static kl_status pgemm(const kl_matmul_args* a, int nth) {
   pk_job j;
   j.a = a;
-  j.tiles = NULL;
+  j.scratch = NULL;
   j.kern = kl_select_f32_pgemm();
   j.gelu = a->act == KL_ACT_GELU_TANH ? kl_select_vgelu() : NULL;
   j.np = cdiv(a->N, KL_PGEMM_NR);
@@ -259,12 +273,14 @@ static kl_status pgemm(const kl_matmul_args* a, int nth) {
   j.ntasks = a->batch * j.rblocks * j.pblocks;
   atomic_init(&j.next, 0);
   if (nth > j.ntasks) nth = (int)j.ntasks;
-  if (!a->c_trans) return kl_pool_run(nth, pk_task, &j);
+  j.ldp = a->M > 1 && a->K >= KL_PGEMM_ALIAS && a->lda % KL_PGEMM_ALIAS == 0 ? a->K + 16 : 0;
+  j.per_thread = j.mb * (j.ldp + (a->c_trans ? KL_PGEMM_NR : 0));
+  if (!j.per_thread) return kl_pool_run(nth, pk_task, &j);
   size_t cap = 0;
-  j.tiles = kl_scratch_take((size_t)nth * (size_t)(j.mb * KL_PGEMM_NR) * sizeof(float), &cap);
-  if (!j.tiles) return KL_ERR_NOMEM;
+  j.scratch = kl_scratch_take((size_t)nth * (size_t)j.per_thread * sizeof(float), &cap);
+  if (!j.scratch) return KL_ERR_NOMEM;
   const kl_status s = kl_pool_run(nth, pk_task, &j);
-  kl_scratch_give(j.tiles, cap);
+  kl_scratch_give(j.scratch, cap);
   return s;
 }
 

@@ -1844,6 +1844,53 @@ static void test_dense_matmul_panels(void) {
   for (int i = 0; i < 5; i++) free(C[i]);
 }
 
+/* An A whose rows are a multiple of 4 KiB apart (KL_PGEMM_ALIAS) is read from a
+ * copy with rows K + 16 apart: the same bits as that A read in place from rows 2080 apart
+ * (batch 2, 1 and 2 threads), and within 1e-4 of OpenBLAS. */
+static void test_dense_matmul_panels_aliased_rows(void) {
+  const int64_t batch = 2, M = 45, N = 40, K = 1030, np = (N + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
+  const int64_t lds[2] = {2048, 2080}; /* rows 8 KiB apart (aliasing), 8320 B (not) */
+  float* A[2];
+  for (int i = 0; i < 2; i++) A[i] = malloc(sizeof(float) * (size_t)(batch * M * lds[i]));
+  float* W = malloc(sizeof(float) * (size_t)(N * K));
+  float* P = calloc((size_t)(np * K * KL_DENSE_PANEL), sizeof(float));
+  float* C[5];
+  for (int i = 0; i < 5; i++) C[i] = malloc(sizeof(float) * (size_t)(batch * M * N));
+  kl_status s = KL_ERR_NOMEM;
+  double err = 0;
+  int same = 1;
+  if (A[0] && A[1] && W && P && C[0] && C[1] && C[2] && C[3] && C[4]) {
+    uint32_t st = 29;
+    for (int64_t i = 0; i < batch * M * lds[0]; i++) A[0][i] = frand(&st);
+    for (int64_t r = 0; r < batch * M; r++)
+      for (int64_t k = 0; k < lds[1]; k++) A[1][r * lds[1] + k] = k < K ? A[0][r * lds[0] + k] : NAN;
+    for (int64_t i = 0; i < N * K; i++) W[i] = frand(&st);
+    for (int64_t o = 0; o < N; o++)
+      for (int64_t k = 0; k < K; k++)
+        P[((o / KL_DENSE_PANEL) * K + k) * KL_DENSE_PANEL + o % KL_DENSE_PANEL] = W[o * K + k];
+    s = KL_OK;
+    for (int t = 0; t < 5 && s == KL_OK; t++) { /* OpenBLAS; lds[0] at 1, 2 threads; lds[1] likewise */
+      kl_matmul_args m;
+      memset(&m, 0, sizeof(m));
+      const int which = t < 3 ? 0 : 1;
+      m.batch = batch, m.M = M, m.N = N, m.K = K, m.a = A[which], m.lda = lds[which];
+      m.sa = M * lds[which];
+      m.b = t == 0 ? W : P, m.ldb = K, m.trans_b = 1, m.b_panels = t > 0;
+      m.c = C[t], m.ldc = N, m.sc = M * N, m.num_threads = t == 0 ? 1 : 1 + (t + 1) % 2;
+      s = kl_f32_matmul(&m);
+    }
+    for (int64_t i = 0; i < batch * M * N && s == KL_OK; i++) err = fmax(err, fabs(C[0][i] - C[1][i]));
+    for (int t = 2; t < 5; t++) same = same && !memcmp(C[1], C[t], sizeof(float) * (size_t)(batch * M * N));
+  }
+  check(s == KL_OK && err < 1e-4 && same,
+        "[dense] matmul on panels, A rows 8 KiB apart (copied) vs 8320 B apart (in place): %s, "
+        "same bits at 1 and 2 threads, max abs diff from OpenBLAS %.2g", kl_status_str(s), err);
+  for (int i = 0; i < 2; i++) free(A[i]);
+  free(W);
+  free(P);
+  for (int i = 0; i < 5; i++) free(C[i]);
+}
+
 /* conv1d on w packed in panels (w_panels: no im2col, the output stored from
  * transposed tiles) against a float64 convolution: batch 2, asymmetric padding
  * wider than the kernel's reach (all-zero windows at both ends), a partial panel
@@ -2071,6 +2118,7 @@ int main(void) {
   test_dense_matmul();
   test_dense_matmul_split();
   test_dense_matmul_panels();
+  test_dense_matmul_panels_aliased_rows();
   test_dense_conv1d_panels();
   test_dense_attention();
 
