@@ -138,10 +138,9 @@ static int fold_batch(const view* v, int nb, const int64_t* cb, int ncb, int64_t
 }
 
 /* Row stride of the matrix made of the last two dims (rows, cols): the column
- * stride must be 1 (or cols <= 1). Returns -1 if not. */
-/* The row stride of v's last two dims, or -1 when its rows are not unit stride,
- * -2 when they overlap (stride < row length) and overlap is not allowed (only an
- * A read by the panel kernels may: a convolution's time-shifted rows). */
+ * stride must be 1 (or cols <= 1), else -1; -2 when rows overlap (stride < cols)
+ * and overlap is not allowed (only an A read by the panel kernels may: a
+ * convolution's time-shifted windows). */
 static int64_t row_stride(const view* v, int overlap_ok) {
   const int64_t rows = v->shape[v->ndim - 2], cols = v->shape[v->ndim - 1];
   if (cols > 1 && v->strides[v->ndim - 1] != 1) return -1;
