@@ -226,6 +226,8 @@ def _fold_weights(func, targets):
     import tvm
     from tvm import relax
 
+    if not targets:
+        return {}
     bind, order = {}, []
     for block in func.body.blocks:
         for bd in block.bindings:
@@ -314,14 +316,18 @@ class _Rewriter:
                                      [relax.ShapeExpr(vals), a, b] + ([bias] if bias is not None else []),
                                      relax.TensorType(out, "float32"))
 
-    def _panels(self, w, trans):
-        """The Constant op(w) packed in panels (:func:`pack_panels`), once per
-        constant: ALBERT's 12 layers share one set of weights."""
+    def _panels(self, w, layout):
+        """The Constant w packed in panels, once per constant (ALBERT's 12 layers
+        share one set of weights): layout 0 / 1 is a matmul's op(w)
+        (:func:`pack_panels` with ``trans``), "conv" a conv1d weight
+        (:func:`pack_conv_panels`)."""
         from tvm import relax
 
-        key = (w, trans)
+        key = (w, layout)
         if key not in self.packed:
-            self.packed[key] = relax.const(pack_panels(w.value.numpy(), trans))
+            v = w.value.numpy()
+            self.packed[key] = relax.const(pack_conv_panels(v) if layout == "conv"
+                                           else pack_panels(v, layout))
             self._count("panels_packed")
         return self.packed[key]
 
@@ -341,11 +347,7 @@ class _Rewriter:
         vals = [ABI_VERSION, stride, pad[0], pad[-1], dil, int(bias is not None), self.nth]
         w = self.folded.get(w, w)
         if _conv_on_panels(sw, stride, dil) and _is_const(w):
-            key = (w, "conv")
-            if key not in self.packed:
-                self.packed[key] = relax.const(pack_conv_panels(w.value.numpy()))
-                self._count("panels_packed")
-            w = self.packed[key]
+            w = self._panels(w, "conv")
             vals.append(1)
         self._count("conv1d")
         return relax.call_dps_packed(CONV1D_FUNC, [relax.ShapeExpr(vals), x, w]

@@ -1794,6 +1794,15 @@ done:
   for (int i = 0; i < 3; i++) free(C[i]);
 }
 
+/* P = W^T in panels (the b_panels layout): W is N rows of K, P [ceil(N / 32)][K][32],
+ * zeros past N. */
+static void pack_wt_panels(const float* W, int64_t N, int64_t K, float* P) {
+  for (int64_t q = 0; q < (N + KL_PGEMM_NR - 1) / KL_PGEMM_NR; q++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t j = 0; j < KL_PGEMM_NR; j++)
+        P[(q * K + k) * KL_PGEMM_NR + j] = q * KL_PGEMM_NR + j < N ? W[(q * KL_PGEMM_NR + j) * K + k] : 0.0f;
+}
+
 /* B packed in panels (b_panels): against the same product on OpenBLAS (1e-4:
  * sums of 600 products of up to ~20 in other orders),
  * with a strided bias and the GELU epilogue, batched A over one B; 1, 2, 3 and 8
@@ -1814,10 +1823,7 @@ static void test_dense_matmul_panels(void) {
     for (int64_t i = 0; i < batch * M * K; i++) A[i] = frand(&st);
     for (int64_t i = 0; i < N * K; i++) W[i] = frand(&st);
     for (int64_t i = 0; i < 2 * N; i++) bias[i] = frand(&st);
-    for (int64_t q = 0; q < (N + KL_PGEMM_NR - 1) / KL_PGEMM_NR; q++) /* W^T in panels */
-      for (int64_t k = 0; k < K; k++)
-        for (int64_t j = 0; j < KL_PGEMM_NR; j++)
-          P[(q * K + k) * KL_PGEMM_NR + j] = q * KL_PGEMM_NR + j < N ? W[(q * KL_PGEMM_NR + j) * K + k] : 0.0f;
+    pack_wt_panels(W, N, K, P);
     const int threads[5] = {1, 1, 2, 3, 8};
     s = KL_OK;
     for (int act = 0; act < 2 && s == KL_OK; act++) {
@@ -1853,7 +1859,7 @@ static void test_dense_matmul_panels_aliased_rows(void) {
   float* A[2];
   for (int i = 0; i < 2; i++) A[i] = malloc(sizeof(float) * (size_t)(batch * M * lds[i]));
   float* W = malloc(sizeof(float) * (size_t)(N * K));
-  float* P = calloc((size_t)(np * K * KL_DENSE_PANEL), sizeof(float));
+  float* P = malloc(sizeof(float) * (size_t)(np * K * KL_DENSE_PANEL));
   float* C[5];
   for (int i = 0; i < 5; i++) C[i] = malloc(sizeof(float) * (size_t)(batch * M * N));
   kl_status s = KL_ERR_NOMEM;
@@ -1865,9 +1871,7 @@ static void test_dense_matmul_panels_aliased_rows(void) {
     for (int64_t r = 0; r < batch * M; r++)
       for (int64_t k = 0; k < lds[1]; k++) A[1][r * lds[1] + k] = k < K ? A[0][r * lds[0] + k] : NAN;
     for (int64_t i = 0; i < N * K; i++) W[i] = frand(&st);
-    for (int64_t o = 0; o < N; o++)
-      for (int64_t k = 0; k < K; k++)
-        P[((o / KL_DENSE_PANEL) * K + k) * KL_DENSE_PANEL + o % KL_DENSE_PANEL] = W[o * K + k];
+    pack_wt_panels(W, N, K, P);
     s = KL_OK;
     for (int t = 0; t < 5 && s == KL_OK; t++) { /* OpenBLAS; lds[0] at 1, 2 threads; lds[1] likewise */
       kl_matmul_args m;

@@ -155,20 +155,29 @@ static int status_err(const char* fn, kl_status s) {
               fn, kl_status_str(s));
 }
 
-static int check_cfg(const char* fn, const TVMFFIAny* args, int32_t nargs, int ncfg,
-                     const int64_t** cfg) {
+/* The config shape (args[0]) of nmin values, or up to nmax where the last ones
+ * are optional; *ncfg (may be NULL) gets its size. */
+static int check_cfg_n(const char* fn, const TVMFFIAny* args, int32_t nargs, int nmin, int nmax,
+                       const int64_t** cfg, int* ncfg) {
   char what[200];
   const TVMFFIShapeCell* cell = nargs >= 1 ? as_shape(&args[0]) : NULL;
   if (!cell) return errf("TypeError", fn, "the first argument must be the config shape");
-  if ((int)cell->size != ncfg || cell->data[0] != KL_TVM_DENSE_ABI) {
+  if ((int)cell->size < nmin || (int)cell->size > nmax || cell->data[0] != KL_TVM_DENSE_ABI) {
     snprintf(what, sizeof(what),
              "the module was compiled for calling convention %lld with %zu config values; this "
-             "engine implements v%d with %d: recompile the module",
-             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_DENSE_ABI, ncfg);
+             "engine implements v%d with %d%s: recompile the module",
+             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_DENSE_ABI, nmin,
+             nmax > nmin ? " or more" : "");
     return errf("RuntimeError", fn, what);
   }
   *cfg = cell->data;
+  if (ncfg) *ncfg = (int)cell->size;
   return 0;
+}
+
+static int check_cfg(const char* fn, const TVMFFIAny* args, int32_t nargs, int ncfg,
+                     const int64_t** cfg) {
+  return check_cfg_n(fn, args, nargs, ncfg, ncfg, cfg, NULL);
 }
 
 static int check_nargs(const char* fn, int32_t nargs, int want) {
@@ -184,10 +193,8 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   char what[300];
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
-  const TVMFFIShapeCell* cell = nargs >= 1 ? as_shape(&args[0]) : NULL;
-  /* act and b_panels are optional */
-  const int ncfg = cell && (cell->size == 5 || cell->size == 6) ? (int)cell->size : 4;
-  if (check_cfg(fn, args, nargs, ncfg, &cfg)) return -1;
+  int ncfg; /* act and b_panels are optional */
+  if (check_cfg_n(fn, args, nargs, 4, 6, &cfg, &ncfg)) return -1;
   const int has_bias = cfg[2] != 0;
   const int64_t act = ncfg >= 5 ? cfg[4] : 0, panels = ncfg >= 6 ? cfg[5] : 0;
   const int trans_b = !panels && cfg[1] != 0;
@@ -285,11 +292,10 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   char what[300];
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
-  const TVMFFIShapeCell* cell = nargs >= 1 ? as_shape(&args[0]) : NULL;
-  /* w_panels is optional */
-  if (check_cfg(fn, args, nargs, cell && cell->size == 8 ? 8 : 7, &cfg)) return -1;
+  int ncfg; /* w_panels is optional */
+  if (check_cfg_n(fn, args, nargs, 7, 8, &cfg, &ncfg)) return -1;
   const int has_bias = cfg[5] != 0;
-  const int64_t panels = cell->size == 8 ? cfg[7] : 0;
+  const int64_t panels = ncfg == 8 ? cfg[7] : 0;
   if (panels != 0 && panels != 1) return errf("ValueError", fn, "unknown w layout in the config");
   if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
   view x, w, bias, y;
