@@ -72,7 +72,20 @@ def _check_isa_env():
                       RuntimeWarning, stacklevel=3)
 
 
+def _check_f16_widen_env():
+    """KOKORO_LSTM_F16_WIDEN=256|512 fixes how float16 kernels widen a single row's
+    halves (the C core otherwise measures it); the core ignores other values."""
+    import os
+    import warnings
+
+    raw = os.environ.get("KOKORO_LSTM_F16_WIDEN")
+    if raw not in (None, "", "256", "512"):
+        warnings.warn(f"KOKORO_LSTM_F16_WIDEN={raw!r} is not 256 or 512; ignored: the faster "
+                      "widening is measured", RuntimeWarning, stacklevel=3)
+
+
 _check_isa_env()
+_check_f16_widen_env()
 _threads.register_threadpoolctl()
 _threads.sync_engine()
 

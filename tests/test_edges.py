@@ -221,6 +221,29 @@ def test_known_isa_env_is_silent():
     assert r.returncode == 0 and "KOKORO_LSTM_ISA" not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("value, warns", [("128", True), ("avx", True), ("256", False), ("512", False)])
+def test_f16_widen_env(value, warns):
+    """float16 results do not depend on the widening; a value other than 256/512 warns."""
+    code = ("import warnings; warnings.simplefilter('always'); import numpy as np, kokoro_lstm\n"
+            "g = np.random.default_rng(0)\n"
+            "x, w_ih, w_hh, b = (g.standard_normal(s).astype(np.float32) * 0.3 for s in\n"
+            "                    [(9, 1, 7), (160, 7), (160, 40), (160,)])\n"
+            "np.save(__import__('sys').argv[1], kokoro_lstm.lstm_forward(\n"
+            "    x, w_ih, w_hh, b, dtype='float16', num_threads=1)[0])")
+    out = {}
+    for v in (value, "512"):
+        env = dict(os.environ, KOKORO_LSTM_F16_WIDEN=v, PYTHONPATH=ROOT)
+        path = os.path.join(ROOT, "build", f"f16_widen_{v}_{os.getpid()}.npy")
+        r = subprocess.run([sys.executable, "-c", code, path], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        if v == value:
+            assert ("KOKORO_LSTM_F16_WIDEN" in r.stderr) == warns, r.stderr
+        out[v] = np.load(path)
+        os.remove(path)
+    assert np.array_equal(out[value], out["512"])
+
+
 # ---- torch ops -----------------------------------------------------------------------
 def _op_args(B=2, T=5, I=3, H=4, D=1):
     torch = require("torch")

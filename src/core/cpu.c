@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -135,6 +136,54 @@ void kl_f32_amx_set(int on) {
 int kl_f32_amx_enabled(void) {
   pthread_once(&g_once, detect);
   return atomic_load(&g_f32_amx);
+}
+
+/* ---- float16 single rows: 256-bit or 512-bit widening (kl_f16_narrow_rows) ----
+ * Both give the same bits; the faster differs by CPU: Zen 4 executes a 512-bit
+ * vcvtph2ps as two halves and ran H = 256, B = 1 steps in 7.6 us narrow vs
+ * 10.7 wide, the 16-core Xeon in 16.0 vs 13.3 (bench-kernels). So each process
+ * times both on a small block (about 0.1 ms, once) and takes the narrow one only
+ * when it is clearly (10%) faster. */
+static atomic_int g_f16_narrow = 0;
+static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
+
+#if defined(KL_HAVE_X86)
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+#endif
+
+static void f16_decide(void) {
+  const char* env = getenv("KOKORO_LSTM_F16_WIDEN");
+  if (env && (strcmp(env, "256") == 0 || strcmp(env, "512") == 0)) {
+    atomic_store(&g_f16_narrow, strcmp(env, "256") == 0);
+    return;
+  }
+#if defined(KL_HAVE_X86)
+  const unsigned need = KL_ARCH_AVX512F | KL_ARCH_F16C;
+  if ((kl_arch_detected() & need) != need) return;
+  double best[2] = {1e30, 1e30};
+  for (int round = 0; round < 5; round++)
+    for (int narrow = 0; narrow < 2; narrow++) {
+      const double t0 = seconds();
+      kl_f16_lstmcell_probe__avx512f(narrow, 16);
+      const double t = seconds() - t0;
+      if (t < best[narrow]) best[narrow] = t;
+    }
+  atomic_store(&g_f16_narrow, best[1] < 0.9 * best[0]);
+#endif
+}
+
+int kl_f16_narrow_rows(void) {
+  pthread_once(&g_f16_once, f16_decide);
+  return atomic_load_explicit(&g_f16_narrow, memory_order_relaxed);
+}
+
+void kl_f16_narrow_rows_set(int on) {
+  pthread_once(&g_f16_once, f16_decide);
+  atomic_store(&g_f16_narrow, on != 0);
 }
 
 const char* kl_isa_name(kl_isa isa) {
@@ -285,6 +334,7 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
                   .pgemm = first_vector_pgemm(wx, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
+  if (wt == KL_W_F16) (void)kl_f16_narrow_rows(); /* decided here, not inside a parallel step */
   for (size_t i = 0; wx == KL_W_F32 && kl_f32_amx_enabled() && i < kl_x6gemm_count; i++)
     if ((kl_x6gemm_list[i].arch & ~arch) == 0) {
       k.x6gemm = kl_x6gemm_list[i].gemm;

@@ -252,6 +252,16 @@ void kl_scratch_give(void* p, size_t cap);
 unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
 unsigned kl_arch_active(void);   /* those the active ISA level allows */
 
+/* float16 cells on AVX-512F, a single batch row: 1 to widen its halves 8 per
+ * instruction instead of 16 (same bits). Decided once per process by timing
+ * both (kl_f16_lstmcell_probe__avx512f), or by KOKORO_LSTM_F16_WIDEN=256 / 512;
+ * _set overrides (tests). */
+int kl_f16_narrow_rows(void);
+void kl_f16_narrow_rows_set(int on);
+#if defined(KL_HAVE_X86)
+void kl_f16_lstmcell_probe__avx512f(int narrow, size_t reps);
+#endif
+
 #define KL_KERNEL(arch, wt, isa, fn) \
   void fn(size_t, size_t, size_t, size_t, const void*, const void*, size_t, const kl_cell_row*);
 #include "lstmcell.inc"

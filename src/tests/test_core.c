@@ -1194,7 +1194,7 @@ static double kernel_tol(kl_wtype wt, const char* isa) {
 #define KNB 16 /* batch rows: 1, 3, 6, 8, 13, 16 (tiles of up to 4 or 6 rows, split evenly) */
 #define KR 40 /* largest R */
 
-static void test_cell_kernel(const kl_lstmcell_entry* k) {
+static void test_cell_kernel(const kl_lstmcell_entry* k, const char* note) {
   const kl_lstmcell_entry* ref = scalar_cell(k->wt);
   char why[200] = "";
   if (!ref) {
@@ -1253,8 +1253,8 @@ static void test_cell_kernel(const kl_lstmcell_entry* k) {
                    special);
         free(w);
       }
-  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6/8/13/16 rows, +-inf / NaN in h, "
-        "NaN / inf in gates and c (tol %.0e); each row alone gives the same bits%s", k->name, wtype_name(k->wt), ref->name, tol, why);
+  check(ok, "[kernel %s] %s cell vs %s%s: R = 1, 2, 3, 17, 33, 40, 1/3/6/8/13/16 rows, +-inf / NaN in h, "
+        "NaN / inf in gates and c (tol %.0e); each row alone gives the same bits%s", k->name, wtype_name(k->wt), ref->name, note, tol, why);
 }
 
 static void test_proj_kernel(const kl_lstmproj_entry* k) {
@@ -1661,9 +1661,16 @@ static void test_f16_conversion(void) {
 /* Every entry of every kernel list the CPU can run, whatever the ISA level. */
 static void test_kernel_lists(void) {
   test_f16_conversion();
+  const int f16_narrow = kl_f16_narrow_rows();
   for (size_t i = 0; i < kl_lstmcell_count; i++)
     if (kl_lstmcell_list[i].arch && cpu_has(kl_lstmcell_list[i].arch, kl_lstmcell_list[i].name))
-      test_cell_kernel(&kl_lstmcell_list[i]);
+      for (int narrow = 0; narrow < (kl_lstmcell_list[i].wt == KL_W_F16 ? 2 : 1); narrow++) {
+        /* float16: single rows widened 16 and 8 halves at a time (the per-row
+         * bit check compares them with the multi-row tiles) */
+        kl_f16_narrow_rows_set(narrow);
+        test_cell_kernel(&kl_lstmcell_list[i], narrow ? " (single rows widened 8 halves at a time)" : "");
+      }
+  kl_f16_narrow_rows_set(f16_narrow);
   for (size_t i = 0; i < kl_lstmproj_count; i++)
     if (kl_lstmproj_list[i].arch && cpu_has(kl_lstmproj_list[i].arch, kl_lstmproj_list[i].name))
       test_proj_kernel(&kl_lstmproj_list[i]);
