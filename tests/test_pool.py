@@ -92,6 +92,22 @@ def test_next_to_torch_the_openmp_team_runs_it_with_the_same_bits():
     assert omp["y"] == own["y"]
 
 
+def test_on_the_openmp_team_every_member_gets_its_cpu_set_back():
+    """libgomp's members run their share pinned to one CPU each (a member woken from its
+    sleep had landed on the caller's CPU); afterwards every thread of the process has
+    the CPU set it had before."""
+    require("torch")
+    sets = ("import glob\n"
+            "def cpu_sets():\n"
+            "    return sorted({open(f).read().split('Cpus_allowed_list:')[1].split()[0]\n"
+            "                   for f in glob.glob('/proc/self/task/*/status')})\n"
+            "before = cpu_sets()\n")
+    out = _run(sets + AFTER_TORCH.replace("y=y.tobytes().hex()",
+                                          "before=before, after=cpu_sets()"))
+    assert out["pool"] == "openmp" and out["jobs_openmp"] > 0
+    assert out["before"] == out["after"] and len(out["after"]) == 1, out
+
+
 def test_a_team_smaller_than_the_call_falls_back_to_the_own_pool():
     """OMP_THREAD_LIMIT=1: libgomp gives a team of one, so nothing of the job runs
     there and the whole job runs on the engine's pool."""

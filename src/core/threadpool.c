@@ -155,7 +155,7 @@ static int pin_self(int cpu) {
  * on its waker's CPU, and the two then share one core until the scheduler
  * moves one: measured on the 2-vCPU machine, a 2-thread T=256 call after a
  * 30 ms pause ran at 1-thread speed (13.3 vs 6.4 ms). The caller (thread 0)
- * is pinned only while it runs a job (pin_caller). */
+ * is pinned only while it runs a job (pin_member). */
 static void pin_worker(int ith) {
 #ifdef KL_LINUX
   cpu_set_t allowed;
@@ -167,26 +167,32 @@ static void pin_worker(int ith) {
 #endif
 }
 
-/* The caller runs task 0 of its jobs on the CPU the workers leave free for it
- * (the first it may use), its own CPU set restored afterwards: unpinned, the
+/* Pins the calling thread, member ith of a job, to the ith CPU it may use for
+ * the job's duration, saving its CPU set for unpin_member. The caller runs task
+ * 0 of its jobs on the CPU our workers leave free for it: unpinned, the
  * scheduler put it on a worker's CPU now and then, and the recurrence's
  * per-step barrier made everyone wait for the pair sharing a core (16-core
  * Xeon, B = 1, 8 unit threads per direction: the caller's group waited 5.0 us
- * per step against 1.2 us in the other direction's). Returns whether it moved. */
-static int pin_caller(void* saved) {
+ * per step against 1.2 us in the other direction's). libgomp's team members,
+ * which run our jobs where PyTorch is loaded, are pinned the same way: not
+ * pinned, a member woken from its sleep landed on the caller's CPU (2-core Zen 4,
+ * T = 256, 2 threads, calls 50 ms apart: 13.8-13.9 ms median vs 6.4 on our
+ * pinned workers). Returns whether it moved. */
+static int pin_member(int ith, void* saved) {
 #ifdef KL_LINUX
   cpu_set_t* old = saved;
   if (!pinning() || pthread_getaffinity_np(pthread_self(), sizeof(*old), old) != 0) return 0;
-  const int cpu = cpu_for(0, old); /* its set has at least 2 CPUs, so it moves */
+  const int cpu = cpu_for(ith, old); /* a set of at least 2 CPUs */
   if (cpu < 0) return 0;
   return pin_self(cpu);
 #else
+  (void)ith;
   (void)saved;
   return 0;
 #endif
 }
 
-static void unpin_caller(const void* saved) {
+static void unpin_member(const void* saved) {
 #ifdef KL_LINUX
   pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), (const cpu_set_t*)saved);
 #else
@@ -363,7 +369,14 @@ static void ext_part(ext_job* j, int i, int n) {
   if (i == 0) j->ran = 1;
 }
 
-static void omp_region(void* arg) { ext_part(arg, g_ext.thread_num(), g_ext.num_threads()); }
+static void omp_region(void* arg) {
+  const int i = g_ext.thread_num(), n = g_ext.num_threads();
+  const ext_job* j = arg;
+  cpu_set_t saved;
+  const int moved = n >= j->nth && i < j->nth && pin_member(i, &saved);
+  ext_part(arg, i, n);
+  if (moved) unpin_member(&saved);
+}
 
 /* Runs the job on libgomp's team; 0 if it did not (then nothing of it ran). */
 static int omp_run(int nth, kl_task_fn fn, void* ctx) {
@@ -480,14 +493,14 @@ kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx) {
 #else
   char saved;
 #endif
-  const int moved = pin_caller(&saved);
+  const int moved = pin_member(0, &saved);
   fn(ctx, 0, nth);
   int spins = 0;
   while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
     KL_PAUSE();
     if (++spins % KL_SPIN_YIELD == 0) sched_yield();
   }
-  if (moved) unpin_caller(&saved);
+  if (moved) unpin_member(&saved);
   pthread_mutex_unlock(&p->job_lock);
   return KL_OK;
 }
