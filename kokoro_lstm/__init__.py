@@ -91,13 +91,15 @@ _threads.sync_engine()
 
 
 def build_info() -> Dict[str, Any]:
-    """What this build uses: BLAS, detected and active ISA, bfloat16 support."""
+    """What this build uses: BLAS, detected and active ISA, bfloat16 support, the
+    float32-on-AMX switch, and whether float16 single rows widen 8 halves at a time."""
     return {
         "blas": _core.blas_name(),
         "isa_detected": _core.detected_isa(),
         "isa_active": _core.get_isa(),
         "avx512_bf16": _core.has_avx512bf16(),
         "f32_amx": _core.get_f32_amx(),
+        "f16_narrow_rows": _core.f16_narrow_rows(),
     }
 
 

@@ -229,7 +229,8 @@ def test_f16_widen_env(value, warns):
             "x, w_ih, w_hh, b = (g.standard_normal(s).astype(np.float32) * 0.3 for s in\n"
             "                    [(9, 1, 7), (160, 7), (160, 40), (160,)])\n"
             "np.save(__import__('sys').argv[1], kokoro_lstm.lstm_forward(\n"
-            "    x, w_ih, w_hh, b, dtype='float16', num_threads=1)[0])")
+            "    x, w_ih, w_hh, b, dtype='float16', num_threads=1)[0])\n"
+            "print('narrow', kokoro_lstm.build_info()['f16_narrow_rows'])")
     out = {}
     for v in (value, "512"):
         env = dict(os.environ, KOKORO_LSTM_F16_WIDEN=v, PYTHONPATH=ROOT)
@@ -239,6 +240,8 @@ def test_f16_widen_env(value, warns):
         assert r.returncode == 0, r.stderr
         if v == value:
             assert ("KOKORO_LSTM_F16_WIDEN" in r.stderr) == warns, r.stderr
+        if v in ("256", "512"):  # build_info reports the setting
+            assert f"narrow {v == '256'}" in r.stdout, r.stdout
         out[v] = np.load(path)
         os.remove(path)
     assert np.array_equal(out[value], out["512"])

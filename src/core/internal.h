@@ -252,12 +252,8 @@ void kl_scratch_give(void* p, size_t cap);
 unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
 unsigned kl_arch_active(void);   /* those the active ISA level allows */
 
-/* float16 cells on AVX-512F, a single batch row: 1 to widen its halves 8 per
- * instruction instead of 16 (same bits). Decided once per process by timing
- * both (kl_f16_lstmcell_probe__avx512f), or by KOKORO_LSTM_F16_WIDEN=256 / 512;
- * _set overrides (tests). */
-int kl_f16_narrow_rows(void);
-void kl_f16_narrow_rows_set(int on);
+/* What kl_f16_narrow_rows (kokoro_lstm.h) times: one row through a small block,
+ * widening 8 (narrow) or 16 halves at a time (f16-lstmcell-avx512f.c). */
 #if defined(KL_HAVE_X86)
 void kl_f16_lstmcell_probe__avx512f(int narrow, size_t reps);
 #endif

@@ -355,6 +355,11 @@ static PyObject* mod_get_f32_amx(PyObject* m, PyObject* unused) {
   return PyBool_FromLong(kl_f32_amx_enabled());
 }
 
+static PyObject* mod_f16_narrow_rows(PyObject* m, PyObject* unused) {
+  (void)m, (void)unused;
+  return PyBool_FromLong(kl_f16_narrow_rows());
+}
+
 static PyObject* mod_detected_isa(PyObject* m, PyObject* unused) {
   (void)m, (void)unused;
   return PyUnicode_FromString(kl_isa_name(kl_isa_detected()));
@@ -454,6 +459,7 @@ static PyMethodDef module_methods[] = {
     {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2', 'avx512', 'avx512-bf16', 'avx512-amx' (x86-64), 'neon' or 'neon-bf16' (aarch64) for engines built afterwards."},
     {"get_isa", mod_get_isa, METH_NOARGS, "The ISA new engines use."},
     {"set_f32_amx", mod_set_f32_amx, METH_O, "set_f32_amx(on): float32 input projections of large calls on AMX tiles (six bfloat16 products) for engines built afterwards (KOKORO_LSTM_F32_AMX=1)."},
+    {"f16_narrow_rows", mod_f16_narrow_rows, METH_NOARGS, "Whether float16 kernels widen a single row's halves 8 at a time (measured once per process, or KOKORO_LSTM_F16_WIDEN)."},
     {"get_f32_amx", mod_get_f32_amx, METH_NOARGS, "Whether new engines run large float32 input projections on AMX tiles."},
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
     {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},
