@@ -3,16 +3,11 @@
  * cached buffer once, i.e. the floor of a recurrent step that streams W_hh. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "blas.h"
 #include "internal.h"
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now(void) { return 1e-9 * (double)kl_now_ns(); }
 
 typedef struct {
   int M, N, K;

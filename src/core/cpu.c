@@ -9,7 +9,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -149,14 +148,6 @@ int kl_f32_amx_enabled(void) {
 static atomic_int g_f16_narrow = 0;
 static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
 
-#if defined(KL_HAVE_X86)
-static double seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-#endif
-
 static void f16_decide(void) {
   const char* env = getenv("KOKORO_LSTM_F16_WIDEN");
   if (env && (strcmp(env, "256") == 0 || strcmp(env, "512") == 0)) {
@@ -166,17 +157,17 @@ static void f16_decide(void) {
 #if defined(KL_HAVE_X86)
   const unsigned need = KL_ARCH_AVX512F | KL_ARCH_F16C;
   if ((kl_arch_detected() & need) != need) return;
-  double best[2] = {1e30, 1e30};
+  int64_t best[2] = {INT64_MAX, INT64_MAX};
   kl_f16_lstmcell_probe__avx512f(0, 4); /* warm-up */
   kl_f16_lstmcell_probe__avx512f(1, 4);
   for (int round = 0; round < 9; round++)
     for (int narrow = 0; narrow < 2; narrow++) {
-      const double t0 = seconds();
+      const int64_t t0 = kl_now_ns();
       kl_f16_lstmcell_probe__avx512f(narrow, 32);
-      const double t = seconds() - t0;
+      const int64_t t = kl_now_ns() - t0;
       if (t < best[narrow]) best[narrow] = t;
     }
-  atomic_store(&g_f16_narrow, best[1] < 0.95 * best[0]);
+  atomic_store(&g_f16_narrow, 20 * best[1] < 19 * best[0]); /* 5% faster */
 #endif
 }
 

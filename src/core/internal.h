@@ -249,6 +249,7 @@ void kl_scratch_give(void* p, size_t cap);
 #define KL_ARCH_NEON 0x10u       /* AArch64 Advanced SIMD (FCVTL half conversion included) */
 #define KL_ARCH_NEON_BF16 0x20u  /* FEAT_BF16 (BFDOT) */
 #define KL_ARCH_AMX_BF16 0x40u   /* AMX-TILE + AMX-BF16 (tdpbf16ps), and the OS lets us use them */
+int64_t kl_now_ns(void); /* CLOCK_MONOTONIC in ns (threadpool.c) */
 unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
 unsigned kl_arch_active(void);   /* those the active ISA level allows */
 

@@ -39,7 +39,7 @@
 #define KL_SPIN_BARRIER_NS 100000 /* and at a barrier this long */
 #define KL_SPIN_YIELD 1024        /* caller's spins between sched_yield while workers finish */
 
-static int64_t now_ns(void) {
+int64_t kl_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
@@ -50,7 +50,7 @@ static int64_t now_ns(void) {
 static int spin_pause(unsigned i, int64_t* deadline, int64_t ns) {
   KL_PAUSE();
   if ((i & 63) != 0) return 1;
-  const int64_t t = now_ns();
+  const int64_t t = kl_now_ns();
   if (*deadline == 0) *deadline = t + ns;
   return t <= *deadline;
 }
