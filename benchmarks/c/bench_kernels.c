@@ -277,8 +277,9 @@ int main(int argc, char** argv) {
       run_case(&cs[i]);
       cs[i].samples[cs[i].ns++] = (now_ns() - t0) / cs[i].reps;
     }
-  printf("kokoro_lstm kernels: %d rounds, CPU features 0x%x, ns per call (median, min, spread = "
-         "(p75 - p25) / median)\n", rounds, cpu);
+  printf("kokoro_lstm kernels: %d rounds, CPU features 0x%x, float16 single rows widened %d halves "
+         "at a time, ns per call (median, min, spread = (p75 - p25) / median)\n", rounds, cpu,
+         kl_f16_narrow_rows() ? 8 : 16);
   printf("%-13s %-42s %-30s %12s %12s %7s\n", "list", "kernel", "case", "median ns", "min ns", "spread");
   for (int i = 0; i < n; i++) {
     bcase* c = &cs[i];
