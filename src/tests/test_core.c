@@ -1803,6 +1803,15 @@ done:
   for (int i = 0; i < 3; i++) free(C[i]);
 }
 
+/* Five runs of one product: C[0] by OpenBLAS, C[1..4] on panels. Raises *err to
+ * max |C[0] - C[1]| over n values; whether C[2..4] have C[1]'s bits. */
+static int runs_agree(float* const C[5], int64_t n, double* err) {
+  for (int64_t i = 0; i < n; i++) *err = fmax(*err, fabs(C[0][i] - C[1][i]));
+  int same = 1;
+  for (int t = 2; t < 5; t++) same = same && !memcmp(C[1], C[t], sizeof(float) * (size_t)n);
+  return same;
+}
+
 /* P = W^T in panels (the b_panels layout): W is N rows of K, P [ceil(N / 32)][K][32],
  * zeros past N. */
 static void pack_wt_panels(const float* W, int64_t N, int64_t K, float* P) {
@@ -1845,8 +1854,7 @@ static void test_dense_matmul_panels(void) {
         m.num_threads = threads[t];
         s = kl_f32_matmul(&m);
       }
-      for (int64_t i = 0; i < batch * M * N && s == KL_OK; i++) err = fmax(err, fabs(C[0][i] - C[1][i]));
-      for (int t = 2; t < 5; t++) same = same && !memcmp(C[1], C[t], sizeof(float) * (size_t)(batch * M * N));
+      if (s == KL_OK) same = runs_agree(C, batch * M * N, &err) && same;
     }
   }
   check(s == KL_OK && err < 1e-4 && same,
@@ -1892,8 +1900,7 @@ static void test_dense_matmul_panels_aliased_rows(void) {
       m.c = C[t], m.ldc = N, m.sc = M * N, m.num_threads = t == 0 ? 1 : 1 + (t + 1) % 2;
       s = kl_f32_matmul(&m);
     }
-    for (int64_t i = 0; i < batch * M * N && s == KL_OK; i++) err = fmax(err, fabs(C[0][i] - C[1][i]));
-    for (int t = 2; t < 5; t++) same = same && !memcmp(C[1], C[t], sizeof(float) * (size_t)(batch * M * N));
+    if (s == KL_OK) same = runs_agree(C, batch * M * N, &err);
   }
   check(s == KL_OK && err < 1e-4 && same,
         "[dense] matmul on panels, A rows 8 KiB apart (copied) vs 8320 B apart (in place): %s, "
