@@ -1552,10 +1552,11 @@ static void test_f32_gemm_kernel(const kl_f32_gemm_entry* k) {
 }
 
 /* A pre-packed-panel GEMM entry against the scalar entry (the same bits: one
- * fused multiply-add per k in k order; NaN where it has NaN) and the scalar one
- * against a double product: M around the tiles (12 and 2 rows), partial panels
- * (n < 32), K blocks continued from C (init NULL), strided A and C, no write past
- * n; an infinity and a NaN in A reach exactly their row. */
+ * fused multiply-add per k in k order, from init or from zero and then added to
+ * C; NaN where it has NaN) and the scalar one against a double product: M around
+ * the tiles (12 and 2 rows), partial panels (n < 32), a second K block added to C
+ * (init NULL), strided A and C, no write past n; an infinity and a NaN in A reach
+ * exactly their row. */
 static void test_pgemm_kernel(const kl_f32_pgemm_entry* k, const kl_f32_pgemm_entry* ref) {
   /* rows: avx512f tiles of up to 14 rows, split evenly (15 = 8 + 7, 29 = 10 + 10 + 9) */
   const size_t Ms[] = {1, 2, 3, 11, 12, 13, 14, 15, 25, 29}, ns[] = {1, 5, 16, 17, 31, 32},
@@ -1579,10 +1580,11 @@ static void test_pgemm_kernel(const kl_f32_pgemm_entry* k, const kl_f32_pgemm_en
         if (inf_row < M) A[inf_row * lda + K / 2] = INFINITY;
         if (nan_row < M) A[nan_row * lda] = NAN;
         for (size_t i = 0; i < M * ldc; i++) C[i] = R[i] = 777.0f;
-        /* two K blocks: [0, k1) from init, [k1, K) continued from C */
+        /* two K blocks: [0, k1) from init, [k1, K) added to C */
         k->fn(M, n, k1, A, lda, P, init, C, ldc);
         k->fn(M, n, K - k1, A + k1, lda, P + k1 * KL_PGEMM_NR, NULL, C, ldc);
-        ref->fn(M, n, K, A, lda, P, init, R, ldc);
+        ref->fn(M, n, k1, A, lda, P, init, R, ldc);
+        ref->fn(M, n, K - k1, A + k1, lda, P + k1 * KL_PGEMM_NR, NULL, R, ldc);
         for (size_t m = 0; m < M && ok; m++)
           for (size_t j = 0; j < ldc && ok; j++) {
             const float got = C[m * ldc + j], want = R[m * ldc + j];

@@ -20,7 +20,7 @@ KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const 
   _Pragma("GCC unroll 2")
   for (int r = 0; r < mr; r++)
     _Pragma("GCC unroll 8")
-    for (int v = 0; v < 4; v++) acc[r][v] = _mm256_loadu_ps((init ? init : C + (size_t)r * ldc) + 8 * v);
+    for (int v = 0; v < 4; v++) acc[r][v] = init ? _mm256_loadu_ps(init + 8 * v) : _mm256_setzero_ps();
   for (size_t k = 0; k < K; k++) {
     __m256 w[4];
     _Pragma("GCC unroll 8")
@@ -35,7 +35,10 @@ KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const 
   _Pragma("GCC unroll 2")
   for (int r = 0; r < mr; r++)
     _Pragma("GCC unroll 8")
-    for (int v = 0; v < 4; v++) _mm256_storeu_ps(C + (size_t)r * ldc + 8 * v, acc[r][v]);
+    for (int v = 0; v < 4; v++) {
+      float* c = C + (size_t)r * ldc + 8 * v;
+      _mm256_storeu_ps(c, init ? acc[r][v] : _mm256_add_ps(_mm256_loadu_ps(c), acc[r][v]));
+    }
 }
 
 static void rows(size_t M, size_t K, const float* A, size_t lda, const float* P,

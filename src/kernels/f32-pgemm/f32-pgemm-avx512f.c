@@ -31,10 +31,7 @@ KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const 
     for (int r = 0; r < mr; r++) acc[r][0] = b0, acc[r][1] = b1;
   } else {
     _Pragma("GCC unroll 14")
-    for (int r = 0; r < mr; r++) {
-      acc[r][0] = _mm512_maskz_loadu_ps(m0, C + (size_t)r * ldc);
-      acc[r][1] = _mm512_maskz_loadu_ps(m1, C + (size_t)r * ldc + 16);
-    }
+    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   }
   size_t k = 0;
   for (; k < K; k++) {
@@ -51,6 +48,13 @@ KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const 
       const __m512 a = _mm512_set1_ps(A[(size_t)r * lda + k]);
       acc[r][0] = _mm512_fmadd_ps(a, w0, acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(a, w1, acc[r][1]);
+    }
+  }
+  if (!init) {
+    _Pragma("GCC unroll 14")
+    for (int r = 0; r < mr; r++) {
+      acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, C + (size_t)r * ldc), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, C + (size_t)r * ldc + 16), acc[r][1]);
     }
   }
   _Pragma("GCC unroll 14")

@@ -20,7 +20,7 @@ KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const 
   _Pragma("GCC unroll 2")
   for (int r = 0; r < mr; r++)
     _Pragma("GCC unroll 8")
-    for (int v = 0; v < 8; v++) acc[r][v] = vld1q_f32((init ? init : C + (size_t)r * ldc) + 4 * v);
+    for (int v = 0; v < 8; v++) acc[r][v] = init ? vld1q_f32(init + 4 * v) : vdupq_n_f32(0.0f);
   for (size_t k = 0; k < K; k++) {
     float32x4_t w[8];
     _Pragma("GCC unroll 8")
@@ -35,7 +35,10 @@ KL_INLINE void tile(size_t K, const float* A, size_t lda, const float* P, const 
   _Pragma("GCC unroll 2")
   for (int r = 0; r < mr; r++)
     _Pragma("GCC unroll 8")
-    for (int v = 0; v < 8; v++) vst1q_f32(C + (size_t)r * ldc + 4 * v, acc[r][v]);
+    for (int v = 0; v < 8; v++) {
+      float* c = C + (size_t)r * ldc + 4 * v;
+      vst1q_f32(c, init ? acc[r][v] : vaddq_f32(vld1q_f32(c), acc[r][v]));
+    }
 }
 
 static void rows(size_t M, size_t K, const float* A, size_t lda, const float* P,
