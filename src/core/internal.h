@@ -168,10 +168,13 @@ typedef struct kl_wih_view {
  * panels are not fingerprinted). */
 /* Bidirectional 640 -> 256, B=1, 1 thread, VM, panels vs OpenBLAS (medians of
  * alternated processes): T=32 1.25-1.52 vs 1.68-2.00 ms, T=128 5.3-5.5 vs 5.1-6.4,
- * T=512 level within the noise (minima 16.1 vs 17.6). Larger runs (batches) keep
- * OpenBLAS, unmeasured with panels. -D overrides it (a build without panels: 0). */
+ * T=512 level within the noise (minima 16.1 vs 17.6). Runs of any length take
+ * them (paired medians of alternated processes, panels / OpenBLAS above 512 rows):
+ * Zen 4 T=256 B=16 and B=64 0.955-0.962 at 1 and 2 threads, T=1024 B=1 0.958;
+ * 16-core Xeon B=16 0.83-0.95 at 1 thread, B=64 0.95-1.03 at 1-16 threads, T=1024
+ * and 2048 B=1 0.93-0.97. -D overrides it (a build without panels: 0). */
 #ifndef KL_LSTM_PANEL_MAX_M
-#define KL_LSTM_PANEL_MAX_M 512
+#define KL_LSTM_PANEL_MAX_M INT64_MAX
 #endif
 #define KL_PACK_BORROW_WIH 1
 #define KL_PACK_WIH_PANELS 2

@@ -651,11 +651,16 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
     return;
   }
   /* W_ih's panels, when the object holds them, for runs of at most
-   * KL_LSTM_PANEL_MAX_M rows (by the shape only); every column of a panel run in
-   * one task, 4 panels (128 columns) per task */
+   * KL_LSTM_PANEL_MAX_M rows (by the shape only). Tasks: the row tiles above by
+   * 512 columns when rows are many (a task reads its rows of A from memory once
+   * for 16 panels), narrower while that leaves under 2 tasks per thread, down to
+   * 128; the split never changes a result (each element is one kernel's k-ordered
+   * sum over the same K blocks) */
   if (x->L->w_ih_pan && M <= KL_LSTM_PANEL_MAX_M) {
     const int64_t N = (int64_t)m->D * 4 * (int64_t)Hp, np = N / KL_PGEMM_NR;
-    const int64_t pchunk = GEMM_NC_SMALL / KL_PGEMM_NR, nn = (np + pchunk - 1) / pchunk;
+    int64_t pchunk = (M < GEMM_SPLIT_M ? GEMM_NC_SMALL : GEMM_NC_LARGE) / KL_PGEMM_NR;
+    while (pchunk > GEMM_NC_SMALL / KL_PGEMM_NR && nm * ((np + pchunk - 1) / pchunk) < 2 * nth) pchunk /= 2;
+    const int64_t nn = (np + pchunk - 1) / pchunk;
     for (int64_t task = ith; task < nm * nn; task += nth) {
       const int64_t r0 = (task / nn) * mc, p0 = (task % nn) * pchunk;
       const int64_t mr = M - r0 < mc ? M - r0 : mc, p1 = p0 + pchunk < np ? p0 + pchunk : np;
