@@ -1,0 +1,82 @@
+"""Two builds of the engine, A and B, each in its own worker process, one timed
+call at a time alternated between them (A first in even rounds, B first in odd
+ones), so that a neighbour's load or a frequency change hits both alike; reports
+each build's median and minimum in ms and the median of the paired ratios B / A
+(< 1: B faster). For A/B of engine changes; bench_batch.py compares runtimes.
+
+Each build is a directory holding a built kokoro_lstm (e.g. a `git worktree` of
+the previous commit, built in place), put first on the worker's PYTHONPATH.
+Cases are T:B:threads, bidirectional LSTM I=640 H=256 float32 (Kokoro's shape).
+A worker sleeps --pause seconds before each timed call.
+
+    python benchmarks/bench_ab.py /tmp/old /work/main --cases 256:16:1,256:64:2 --rounds 11
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _worker(T: int, B: int, n: int, pause: float) -> None:
+    import numpy as np
+
+    import kokoro_lstm
+    x = np.random.default_rng(0).standard_normal((T, B, 640)).astype(np.float32)
+    m = kokoro_lstm.LSTM(640, 256, bidirectional=True, num_threads=n)
+    for _ in range(3):
+        m(x)
+    print(os.path.dirname(kokoro_lstm.__file__), flush=True)
+    for _ in sys.stdin:
+        time.sleep(pause)
+        t = time.perf_counter()
+        m(x)
+        print(time.perf_counter() - t, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("builds", nargs="*", metavar="A B", help="the two build directories")
+    ap.add_argument("--cases", default="256:16:1,256:64:1", help="T:B:threads, comma-separated")
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--pause", type=float, default=0.02)
+    ap.add_argument("--worker", nargs=3, type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        _worker(*args.worker, args.pause)
+        return
+    if len(args.builds) != 2:
+        ap.error("give two build directories, A and B")
+    builds = {"A": os.path.abspath(args.builds[0]), "B": os.path.abspath(args.builds[1])}
+    print(f"A = {builds['A']}, B = {builds['B']}", flush=True)
+    for case in args.cases.split(","):
+        T, B, n = case.split(":")
+        procs = {}
+        for k, path in builds.items():
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")])))
+            procs[k] = subprocess.Popen([sys.executable, __file__, "--pause", str(args.pause),
+                                         "--worker", T, B, n], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=env)
+        for k, p in procs.items():  # each worker says where its kokoro_lstm came from
+            got = p.stdout.readline().strip()
+            if not got.startswith(builds[k]):
+                sys.exit(f"build {k}: imported kokoro_lstm from {got or '(nothing)'}, not {builds[k]}")
+        ts = {k: [] for k in builds}
+        for r in range(args.rounds):
+            for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                procs[k].stdin.write("t\n")
+                procs[k].stdin.flush()
+                ts[k].append(float(procs[k].stdout.readline()))
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+        ratio = statistics.median(b / a for a, b in zip(ts["A"], ts["B"]))
+        cols = "  ".join(f"{k} {statistics.median(v) * 1e3:.2f} (min {min(v) * 1e3:.2f})" for k, v in ts.items())
+        print(f"T={T} B={B} threads={n}: {cols} ms  paired B/A {ratio:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
