@@ -7,7 +7,8 @@ each build's median and minimum in ms and the median of the paired ratios B / A
 Each build is a directory holding a built kokoro_lstm (e.g. a `git worktree` of
 the previous commit, built in place), put first on the worker's PYTHONPATH.
 Cases are T:B:threads, bidirectional LSTM I=640 H=256 float32 (Kokoro's shape).
-A worker sleeps --pause seconds before each timed call.
+A worker sleeps --pause seconds before each timed call; with --torch it imports torch
+first (torch.set_num_threads(threads)), so the engine runs on libgomp's team.
 
     python benchmarks/bench_ab.py /tmp/old /work/main --cases 256:16:1,256:64:2 --rounds 11
 """
@@ -21,8 +22,11 @@ import sys
 import time
 
 
-def _worker(T: int, B: int, n: int, pause: float) -> None:
+def _worker(T: int, B: int, n: int, pause: float, torch_loaded: bool) -> None:
     import numpy as np
+    if torch_loaded:  # the engine's parallel jobs then run on libgomp's team
+        import torch
+        torch.set_num_threads(n)
 
     import kokoro_lstm
     x = np.random.default_rng(0).standard_normal((T, B, 640)).astype(np.float32)
@@ -43,10 +47,11 @@ def main() -> None:
     ap.add_argument("--cases", default="256:16:1,256:64:1", help="T:B:threads, comma-separated")
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--pause", type=float, default=0.02)
+    ap.add_argument("--torch", action="store_true", help="workers import torch (libgomp's team)")
     ap.add_argument("--worker", nargs=3, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        _worker(*args.worker, args.pause)
+        _worker(*args.worker, args.pause, args.torch)
         return
     if len(args.builds) != 2:
         ap.error("give two build directories, A and B")
@@ -58,6 +63,7 @@ def main() -> None:
         for k, path in builds.items():
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")])))
             procs[k] = subprocess.Popen([sys.executable, __file__, "--pause", str(args.pause),
+                                         *(["--torch"] if args.torch else []),
                                          "--worker", T, B, n], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env=env)
         for k, p in procs.items():  # each worker says where its kokoro_lstm came from
