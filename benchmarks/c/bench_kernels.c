@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -26,11 +25,7 @@
 #define NBLK (H / KL_NR)
 #define MAXB 64
 
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
+static double now_ns(void) { return (double)kl_now_ns(); }
 
 static void* xalloc(size_t bytes) {
   void* p = aligned_alloc(64, (bytes + 63) / 64 * 64);
