@@ -15,14 +15,20 @@ first (torch.set_num_threads(threads)), so the engine runs on libgomp's team.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
+from _procs import PipeWorker
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 def _worker(T: int, B: int, n: int, pause: float, torch_loaded: bool) -> None:
+    """The PipeWorker protocol: 'ready {"path": ...}', then one JSON line (the
+    seconds of one call) per command."""
     import numpy as np
     if torch_loaded:  # the engine's parallel jobs then run on libgomp's team
         import torch
@@ -33,12 +39,14 @@ def _worker(T: int, B: int, n: int, pause: float, torch_loaded: bool) -> None:
     m = kokoro_lstm.LSTM(640, 256, bidirectional=True, num_threads=n)
     for _ in range(3):
         m(x)
-    print(os.path.dirname(kokoro_lstm.__file__), flush=True)
-    for _ in sys.stdin:
+    print("ready " + json.dumps({"path": os.path.dirname(kokoro_lstm.__file__)}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
         time.sleep(pause)
         t = time.perf_counter()
         m(x)
-        print(time.perf_counter() - t, flush=True)
+        print(json.dumps(time.perf_counter() - t), flush=True)
 
 
 def main() -> None:
@@ -59,26 +67,23 @@ def main() -> None:
     print(f"A = {builds['A']}, B = {builds['B']}", flush=True)
     for case in args.cases.split(","):
         T, B, n = case.split(":")
-        procs = {}
-        for k, path in builds.items():
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")])))
-            procs[k] = subprocess.Popen([sys.executable, __file__, "--pause", str(args.pause),
-                                         *(["--torch"] if args.torch else []),
-                                         "--worker", T, B, n], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, env=env)
-        for k, p in procs.items():  # each worker says where its kokoro_lstm came from
-            got = p.stdout.readline().strip()
-            if not got.startswith(builds[k]):
-                sys.exit(f"build {k}: imported kokoro_lstm from {got or '(nothing)'}, not {builds[k]}")
-        ts = {k: [] for k in builds}
-        for r in range(args.rounds):
-            for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                procs[k].stdin.write("t\n")
-                procs[k].stdin.flush()
-                ts[k].append(float(procs[k].stdout.readline()))
-        for p in procs.values():
-            p.stdin.close()
-            p.wait()
+        workers = {}
+        try:
+            for k, path in builds.items():
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [path, os.environ.get("PYTHONPATH")])))
+                argv = [sys.executable, __file__, "--pause", str(args.pause),
+                        *(["--torch"] if args.torch else []), "--worker", T, B, n]
+                workers[k] = PipeWorker(argv, env, HERE, f"{k} ({path})")
+                got = workers[k].info["path"]  # where its kokoro_lstm came from
+                if not got.startswith(path):
+                    sys.exit(f"build {k}: imported kokoro_lstm from {got}, not {path}")
+            ts = {k: [] for k in builds}
+            for r in range(args.rounds):
+                for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                    ts[k].append(workers[k].ask("time"))
+        finally:
+            for w in workers.values():
+                w.close()
         ratio = statistics.median(b / a for a, b in zip(ts["A"], ts["B"]))
         cols = "  ".join(f"{k} {statistics.median(v) * 1e3:.2f} (min {min(v) * 1e3:.2f})" for k, v in ts.items())
         print(f"T={T} B={B} threads={n}: {cols} ms  paired B/A {ratio:.3f}", flush=True)
