@@ -1664,17 +1664,21 @@ static void test_f16_conversion(void) {
 static void test_kernel_lists(void) {
   test_f16_conversion();
   const int f16_narrow = kl_f16_narrow_rows();
-  for (size_t i = 0; i < kl_lstmcell_count; i++)
-    if (kl_lstmcell_list[i].arch && cpu_has(kl_lstmcell_list[i].arch, kl_lstmcell_list[i].name))
-      for (int narrow = 0; narrow < (kl_lstmcell_list[i].wt == KL_W_F16 &&
-                                     strcmp(kl_lstmcell_list[i].isa, "avx512f") == 0 ? 2 : 1);
-           narrow++) {
-        /* float16 on AVX-512: single rows widened 16 and 8 halves at a time (the
-         * per-row bit check compares them with the multi-row tiles) */
-        kl_f16_narrow_rows_set(narrow);
-        test_cell_kernel(&kl_lstmcell_list[i], narrow ? " (single rows widened 8 halves at a time)" : "");
-      }
-  kl_f16_narrow_rows_set(f16_narrow);
+  for (size_t i = 0; i < kl_lstmcell_count; i++) {
+    const kl_lstmcell_entry* k = &kl_lstmcell_list[i];
+    if (!k->arch || !cpu_has(k->arch, k->name)) continue;
+    if (k->wt == KL_W_F16 && strcmp(k->isa, "avx512f") == 0) {
+      /* single rows widened 16 and 8 halves at a time (the per-row bit check
+       * compares each with the multi-row tiles) */
+      kl_f16_narrow_rows_set(0);
+      test_cell_kernel(k, "");
+      kl_f16_narrow_rows_set(1);
+      test_cell_kernel(k, " (single rows widened 8 halves at a time)");
+      kl_f16_narrow_rows_set(f16_narrow);
+    } else {
+      test_cell_kernel(k, "");
+    }
+  }
   for (size_t i = 0; i < kl_lstmproj_count; i++)
     if (kl_lstmproj_list[i].arch && cpu_has(kl_lstmproj_list[i].arch, kl_lstmproj_list[i].name))
       test_proj_kernel(&kl_lstmproj_list[i]);
