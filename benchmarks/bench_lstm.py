@@ -245,9 +245,11 @@ def max_abs_err(got, want) -> float:
 
 def time_round_robin(runs: dict, warmup: int, repeat: int, settle_s: float = 0.0) -> dict:
     """{key: run} -> {key: [seconds]}: each repetition runs every implementation once,
-    starting from a different one each time, so load changes hit them alike. settle_s:
-    an untimed sleep before each timed call, so that worker threads still spin-waiting
-    from the previous implementation (ORT, OpenMP) have parked and do not steal cores."""
+    starting from a different one each time and, every other cycle of starts, in the
+    reverse order, so load changes hit them alike and none always follows the same
+    neighbour. settle_s: an untimed sleep before each timed call, so that worker
+    threads still spin-waiting from the previous implementation (ORT, OpenMP) have
+    parked and do not steal cores."""
     keys = list(runs)
     for _ in range(warmup):
         for k in keys:
@@ -258,7 +260,10 @@ def time_round_robin(runs: dict, warmup: int, repeat: int, settle_s: float = 0.0
     try:
         for r in range(repeat):
             s = r % len(keys)
-            for k in keys[s:] + keys[:s]:
+            order = keys[s:] + keys[:s]
+            if (r // len(keys)) % 2:
+                order.reverse()
+            for k in order:
                 if settle_s:
                     time.sleep(settle_s)
                 t0 = time.perf_counter()
@@ -467,7 +472,7 @@ def write_results_md(path: str, doc: dict, png_path: str) -> None:
         f"avx512_bf16 {bi.get('avx512_bf16')}); torch {m['torch']}; onnxruntime {m['onnxruntime']}; "
         f"numpy {m['numpy']}; Python {m['python']}",
         f"- Median of {doc['args']['repeat']} runs after {doc['args']['warmup']} warm-up runs, "
-        "alternating round-robin between implementations (starting one rotated each repetition; "
+        "alternating round-robin between implementations (starting one rotated each repetition, every other cycle reversed; "
         f"{doc['args']['settle_ms']:g} ms untimed pause before each call); seq-first float32 input, H=256, bidirectional, "
         "B=1 and I=640 unless noted. torch under inference_mode with torch.set_num_threads(n); "
         "ORT: one LSTM node per layer, intra_op_num_threads=n, inter_op_num_threads=1; "
@@ -505,8 +510,9 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2,all cores)")
     ap.add_argument("--repeat", type=int, default=None, help="timed repetitions (default 15; >= 10 unless --quick)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up runs per implementation (default 3)")
-    ap.add_argument("--settle-ms", type=float, default=10.0,
-                    help="untimed sleep before each timed call (lets other pools' spinning threads park)")
+    ap.add_argument("--settle-ms", type=float, default=60.0,
+                    help="untimed sleep before each timed call (lets other pools' spinning threads park; "
+                         "ONNX Runtime's spin for ~40 ms after a run)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for lstm.json and lstm.png")
     ap.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"),
                     help="markdown summary to (re)write; '' to skip")
