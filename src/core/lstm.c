@@ -367,7 +367,11 @@ static void split(size_t n, int i, int p, size_t* lo, size_t* hi) {
  * decreasing-length order), chunk c to chunk group c % cg, and the u threads of
  * a chunk group split its hidden units, with a barrier per step. The cell
  * kernel computes each element with the same instruction sequence whatever its
- * tile or thread, so results never depend on the thread count. (A per-step
+ * tile or thread, so results never depend on the thread count. A thread's
+ * active rows of all its chunks go to the kernel in one call per step, which
+ * loads each 16-unit block of W_hh once for all of them, not once per chunk
+ * (same bits; on the Zen 4 level within the noise at B = 16-64, T = 256: paired
+ * 0.97-1.02 over 2 x 31 rounds). (A per-step
  * BLAS GEMM for large chunks was measured slower than the register-blocked
  * kernel at every batch size: B=16 51.7 vs 33.4 ms, B=64 252 vs 182 ms,
  * T=128, H=256, 1 thread.) */
@@ -454,7 +458,6 @@ static void run_direction(const run_ctx* x, int d, int gi, split_plan sp, int it
     const int cur = (int)(s & 1), nxt = cur ^ 1;
     size_t nb = 0;
     for (int64_t c0 = 0; c0 < n_mine; c0 += CHUNK) {
-      const size_t first = nb;
       for (int64_t i = c0; i < n_mine && i < c0 + CHUNK && x->len[mine[i]] > s; i++, nb++) {
         const int64_t b = mine[i];
         const int64_t t = reverse ? x->len[b] - 1 - s : s;
@@ -467,14 +470,14 @@ static void run_direction(const run_ctx* x, int d, int gi, split_plan sp, int it
         hout[nb] = hn;
         dst[nb] = x->out + ((size_t)(t * x->out_st + b * x->out_sb) + (size_t)d * R + o0) * esz;
       }
-      if (nb > first) cell_step(x, d, s, nb - first, rows + first, blk0, blk1);
     }
+    if (nb) cell_step(x, d, s, nb, rows, blk0, blk1);
     /* The next step's input-gate rows (my units of them) towards L2: G is
      * T*B rows of D*4*Hp (128 MiB at B = 64, T = 256, H = 256), long out of
      * cache, and its rows are B apart, which the hardware prefetchers do not
      * follow. Measured B = 64, 1 thread, I = 16 (recurrence only): 350 -> 330 ms
      * median of alternated rounds on a shared 2-vCPU Xeon; results unchanged. */
-    for (size_t i = 0; i < nb; i++) {
+    for (int64_t i = 0; i < n_mine; i++) {
       const int64_t b = mine[i];
       if (x->len[b] <= s + 1) continue;
       const int64_t t = reverse ? x->len[b] - 2 - s : s + 1;
