@@ -456,20 +456,20 @@ static void run_direction(const run_ctx* x, int d, int gi, split_plan sp, int it
     if (x->len[mine[i]] > steps) steps = x->len[mine[i]];
   for (int64_t s = 0; s < steps; s++) {
     const int cur = (int)(s & 1), nxt = cur ^ 1;
-    size_t nb = 0;
-    for (int64_t c0 = 0; c0 < n_mine; c0 += CHUNK) {
-      for (int64_t i = c0; i < n_mine && i < c0 + CHUNK && x->len[mine[i]] > s; i++, nb++) {
-        const int64_t b = mine[i];
-        const int64_t t = reverse ? x->len[b] - 1 - s : s;
-        rows[nb].gx = x->G + ((size_t)(t * x->gt + b * x->gb) * x->ldg + (size_t)d * 4 * Hp) * esz;
-        rows[nb].h = x->hbuf[d] + ((size_t)cur * (size_t)x->B + (size_t)b) * Rs * esz;
-        rows[nb].c = x->c[d] + (size_t)b * Hp * esz;
-        char* hn = x->hbuf[d] + ((size_t)nxt * (size_t)x->B + (size_t)b) * Rs * esz;
-        rows[nb].h_out = m->P ? x->hfull[d] + (size_t)b * Hp * esz : hn;
-        hin[nb] = rows[nb].h_out;
-        hout[nb] = hn;
-        dst[nb] = x->out + ((size_t)(t * x->out_st + b * x->out_sb) + (size_t)d * R + o0) * esz;
-      }
+    size_t nb = 0; /* my rows still running at step s */
+    for (int64_t i = 0; i < n_mine; i++) {
+      const int64_t b = mine[i];
+      if (x->len[b] <= s) continue;
+      const int64_t t = reverse ? x->len[b] - 1 - s : s;
+      rows[nb].gx = x->G + ((size_t)(t * x->gt + b * x->gb) * x->ldg + (size_t)d * 4 * Hp) * esz;
+      rows[nb].h = x->hbuf[d] + ((size_t)cur * (size_t)x->B + (size_t)b) * Rs * esz;
+      rows[nb].c = x->c[d] + (size_t)b * Hp * esz;
+      char* hn = x->hbuf[d] + ((size_t)nxt * (size_t)x->B + (size_t)b) * Rs * esz;
+      rows[nb].h_out = m->P ? x->hfull[d] + (size_t)b * Hp * esz : hn;
+      hin[nb] = rows[nb].h_out;
+      hout[nb] = hn;
+      dst[nb] = x->out + ((size_t)(t * x->out_st + b * x->out_sb) + (size_t)d * R + o0) * esz;
+      nb++;
     }
     if (nb) cell_step(x, d, s, nb, rows, blk0, blk1);
     /* The next step's input-gate rows (my units of them) towards L2: G is
