@@ -46,6 +46,7 @@ class BuildExt(build_ext):
     def build_extension(self, ext):
         import numpy as np
 
+        kl_build.generate()
         self._include_dirs = ext.include_dirs + [np.get_include()]
         sources = ext.sources + [kl_build.AUTOREG_SOURCE]  # autoreg: the engine object only
         by_source = dict(zip(sources, self._compile(sources, ext)))

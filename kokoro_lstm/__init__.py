@@ -43,6 +43,31 @@ def _preload_blas() -> None:
 
 _preload_blas()
 
+
+def _point_at_nvrtc() -> None:
+    """CUDA tensors are compiled for with NVRTC, which the engine loads at its
+    first CUDA call: point it (KOKORO_LSTM_NVRTC) at the nvidia-cuda-nvrtc wheel's
+    library when one is installed (CUDA PyTorch brings it), unless the variable is set."""
+    import importlib.util
+    import os
+
+    if os.environ.get("KOKORO_LSTM_NVRTC"):
+        return
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for rel in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.13",
+                    "cuda_nvrtc/lib/libnvrtc.so.12"):
+            path = os.path.join(root, rel)
+            if os.path.exists(path):
+                os.environ["KOKORO_LSTM_NVRTC"] = path
+                return
+
+
+_point_at_nvrtc()
+
 from typing import Any, Dict  # noqa: E402
 
 from . import _core, _threads  # noqa: E402

@@ -225,9 +225,21 @@ def clear_cache():
     kokoro_lstm.clear_cache()
 
 
-def _np(t: Tensor) -> np.ndarray:
-    """Zero-copy NumPy view of a CPU tensor (detach() is a view too)."""
-    return t.detach().numpy()
+def _np(t: Tensor):
+    """What the engine reads in place: a NumPy view of a CPU tensor, the (detached)
+    tensor itself on CUDA, where the engine takes it through DLPack."""
+    return t.detach() if t.is_cuda else t.detach().numpy()
+
+
+def _stream(x: Tensor) -> int:
+    """The CUstream the engine runs on: PyTorch's current stream for x's device."""
+    return torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0
+
+
+def _host_lengths(lengths):
+    """lengths in host memory, as the engine plans its launches with them (like
+    pack_padded_sequence, CUDA lengths are copied, which waits for the GPU)."""
+    return None if lengths is None else _np(lengths.cpu().contiguous())
 
 
 
@@ -282,12 +294,12 @@ def _make_cpu(op_name, bidirectional, packed):
         weights = [_np(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
         try:
             kokoro_lstm._core.forward(
-                _np(x), None if lengths is None else _np(lengths.contiguous()),
+                _np(x), _host_lengths(lengths),
                 _np(h0.contiguous()), _np(c0.contiguous()), weights,
-                out.numpy(), h_n.numpy(), c_n.numpy(), num_layers=1, bidirectional=bidirectional,
+                _np(out), _np(h_n), _np(c_n), num_layers=1, bidirectional=bidirectional,
                 has_bias=has_bias, batch_first=batch_first,
                 dtype="float64" if x.dtype == torch.float64 else "float32",
-                num_threads=get_num_threads())
+                num_threads=get_num_threads(), stream=_stream(x))
         except (TypeError, ValueError) as e:
             _validate(op_name, x, lengths, h0, c0, w, bidirectional)  # torch-worded, if it applies
             raise ValueError(f"kokoro::{op_name}: {e}") from None
@@ -310,7 +322,9 @@ def _register():
             raise RuntimeError(
                 f"kokoro_lstm.torch_ops: could not define kokoro::{name}; another library "
                 f"(kokoro-tvm?) already registered it: {e}") from e
-        lib.impl(name, _make_cpu(name, bidirectional, packed), "CPU")
+        impl = _make_cpu(name, bidirectional, packed)
+        lib.impl(name, impl, "CPU")
+        lib.impl(name, impl, "CUDA")  # the same road: the engine takes CUDA tensors
         torch.library.register_fake(f"kokoro::{name}", _make_fake(name, bidirectional, packed),
                                     lib=lib)
     return lib
@@ -352,10 +366,10 @@ def _gated_cpu(x, lengths, gate_bias, x_gates, *w):
     weights = [_np(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
     try:
         kokoro_lstm._core.forward(
-            _np(x), None if lengths is None else _np(lengths.contiguous()), None, None, weights,
-            out.numpy(), h_n.numpy(), c_n.numpy(), num_layers=1, bidirectional=D == 2,
+            _np(x), _host_lengths(lengths), None, None, weights,
+            _np(out), _np(h_n), _np(c_n), num_layers=1, bidirectional=D == 2,
             has_bias=has_bias, dtype="float64" if x.dtype == torch.float64 else "float32",
-            num_threads=get_num_threads(),
+            num_threads=get_num_threads(), stream=_stream(x),
             gate_bias=None if gate_bias is None else _np(gate_bias.contiguous()),
             x_gates=bool(x_gates))
     except (TypeError, ValueError) as e:
@@ -366,6 +380,7 @@ def _gated_cpu(x, lengths, gate_bias, x_gates, *w):
 def _register_gated():
     _lib.define("lstm_forward_gated" + _GATED_SCHEMA)
     _lib.impl("lstm_forward_gated", _gated_cpu, "CPU")
+    _lib.impl("lstm_forward_gated", _gated_cpu, "CUDA")
     torch.library.register_fake("kokoro::lstm_forward_gated", _gated_fake, lib=_lib)
 
 

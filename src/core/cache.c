@@ -19,6 +19,7 @@
 
 #include "internal.h"
 #include "cache.h"
+#include "kl_cuda.h"
 
 #define KL_CACHE_CAPACITY 64
 
@@ -235,6 +236,7 @@ void kl_scratch_give(void* p, size_t cap) {
 }
 
 void kl_cache_clear(void) {
+  kl_cuda_clear();
   pthread_mutex_lock(&g_lock);
   while (g_n > 0) remove_locked(g_n - 1);
   g_stats = (kl_cache_stats){0, 0, 0, 0, 0, 0};

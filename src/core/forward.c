@@ -9,10 +9,15 @@
 
 #include "cache.h"
 #include "internal.h"
+#include "kl_cuda.h"
 
-static _Thread_local char g_err[320];
+static _Thread_local char g_err[1024];
+/* The device of this call's tensors (x's), lengths excepted. */
+static _Thread_local DLDevice g_dev;
 
 const char* kl_last_error(void) { return g_err; }
+
+void kl_set_error(const char* msg) { snprintf(g_err, sizeof(g_err), "%s", msg); }
 
 static kl_status fail(const char* fmt, ...) {
   va_list ap;
@@ -31,6 +36,10 @@ static const char* dtype_name(DLDataType t) {
   if (t.code == kDLInt && t.bits == 64) return "int64";
   if (t.code == kDLInt && t.bits == 32) return "int32";
   return "another dtype";
+}
+
+static const char* device_name(DLDevice d) {
+  return d.device_type == kDLCPU ? "cpu" : d.device_type == kDLCUDA ? "cuda" : "an unsupported device";
 }
 
 /* Element stride of dim i (compact row-major when strides is NULL). */
@@ -61,9 +70,10 @@ static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType wa
   int64_t numel = 1;
   for (int i = 0; i < t->ndim; i++) numel *= t->shape[i] > 0 ? t->shape[i] : 0;
   if (!t->data && numel > 0) return fail("%s has no data (NULL)", name);
-  if (t->device.device_type != kDLCPU)
-    return fail("%s must be a CPU tensor (kokoro_lstm runs on the CPU), got device type %d", name,
-                (int)t->device.device_type);
+  if (t->device.device_type != g_dev.device_type || t->device.device_id != g_dev.device_id)
+    return fail("%s is on %s:%d but x is on %s:%d: every tensor of a call must be on one device "
+                "(lengths on the CPU)", name, device_name(t->device), (int)t->device.device_id,
+                device_name(g_dev), (int)g_dev.device_id);
   if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != 1)
     return fail("%s must have dtype %s, got %s", name, dtype_name(want), dtype_name(t->dtype));
   char got[96], exp[96];
@@ -112,6 +122,17 @@ _Static_assert(KEY_HEADER == KL_CACHE_KEY_OWNER + 1, "the owner token ends the k
 kl_status kl_lstm_forward(const kl_forward_args* a) {
   g_err[0] = 0;
   if (!a) return fail("no arguments");
+  g_dev = (DLDevice){kDLCPU, 0};
+  if (a->x && a->x->device.device_type != kDLCPU) {
+    if (a->x->device.device_type != kDLCUDA)
+      return fail("x is on device type %d: kokoro_lstm runs on the CPU (kDLCPU) and CUDA (kDLCUDA)",
+                  (int)a->x->device.device_type);
+    if (a->dtype == KL_F64)
+      return fail("float64 runs on the CPU only: pass float32 CUDA tensors (dtype float32, bfloat16 or "
+                  "float16 weights)");
+    g_dev = a->x->device;
+  }
+  const int cuda = g_dev.device_type == kDLCUDA;
   if (a->num_layers < 1) return fail("num_layers must be >= 1, got %d", a->num_layers);
   if (a->bidirectional != 0 && a->bidirectional != 1)
     return fail("bidirectional must be 0 or 1, got %d", a->bidirectional);
@@ -237,8 +258,11 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                        (s = check_compact(a->gate_bias, "gate_bias"))))
     goto done;
   if (a->lengths) {
-    if ((s = check_tensor(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B})))
-      goto done;
+    const DLDevice dev = g_dev;
+    g_dev = (DLDevice){kDLCPU, 0}; /* lengths shape the launches: host memory on every device */
+    s = check_tensor(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B});
+    g_dev = dev;
+    if (s) goto done;
     if (!(lengths = malloc((size_t)(B ? B : 1) * sizeof(int64_t)))) {
       s = KL_ERR_NOMEM;
       goto done;
@@ -255,6 +279,17 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
   }
   if (B == 0) {
     s = KL_OK;
+    goto done;
+  }
+  if (cuda) {
+    const kl_cuda_call call = {
+        g_dev.device_id, a->stream, L, D, (int)H, (int)R, a->reverse != 0, a->has_bias, a->x_gates, a->dtype,
+        T, B, I, data_of(a->x), x_st, x_sb, (float*)((char*)a->y->data + a->y->byte_offset),
+        stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1), a->h0 ? data_of(a->h0) : NULL,
+        a->c0 ? data_of(a->c0) : NULL, a->h_n ? (float*)((char*)a->h_n->data + a->h_n->byte_offset) : NULL,
+        a->c_n ? (float*)((char*)a->c_n->data + a->c_n->byte_offset) : NULL, lengths,
+        a->gate_bias ? data_of(a->gate_bias) : NULL, w};
+    s = kl_cuda_lstm_forward(&call, g_err, sizeof(g_err));
     goto done;
   }
   const int nth = a->num_threads ? a->num_threads : kl_get_num_threads();

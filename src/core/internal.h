@@ -146,6 +146,14 @@ typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
 kl_f32_rsum_fn kl_select_rsum(void);
 
 /* ---- weights as found in caller memory (packing input) ---- */
+/* Sets this thread's kl_last_error() message. */
+void kl_set_error(const char* msg);
+
+/* The rows (t, b) of a [T, B, K] tensor with these strides as one strided
+ * sequence: row stride ld, row (t, b) = t*gt + b*gb. 0 if they are not one. */
+int kl_row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K, int64_t* ld, int64_t* gt,
+                  int64_t* gb);
+
 /* One (layer, direction): row strides in elements (feature stride 1) for the
  * matrices, an element stride for the biases. */
 typedef struct kl_wsrc {

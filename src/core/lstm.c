@@ -551,6 +551,11 @@ static int row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K,
   return *ld >= K && *ld <= INT_MAX;
 }
 
+int kl_row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K, int64_t* ld, int64_t* gt,
+                  int64_t* gb) {
+  return row_layout(T, B, s_t, s_b, K, ld, gt, gb);
+}
+
 int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size) {
   int64_t ld, gt, gb;
   return T >= 1 && B >= 0 && row_layout(T, B, x_st, x_sb, input_size, &ld, &gt, &gb);

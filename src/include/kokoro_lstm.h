@@ -105,7 +105,8 @@ kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
 
 /* ---- the one entry: a whole LSTM over DLPack tensors --------------------------
  *
- * Tensors are CPU DLTensors (kDLCPU) of any strides the engine can read in place
+ * Tensors are DLTensors on the CPU (kDLCPU) or all on one CUDA device (kDLCUDA;
+ * lengths stay in host memory), of any strides the engine can read in place
  * (x: any layout whose (t, b) rows form one strided sequence, feature stride 1;
  * anything else is rejected with a message). Every shape, dtype, stride and
  * length is validated here, once; on failure the status is KL_ERR_ARG and
@@ -172,9 +173,25 @@ typedef struct kl_forward_args {
   uint64_t owner;                /* 0, or a token unique to the weights' owner */
   const DLTensor* gate_bias;     /* [D, B, 4H] or NULL (see above) */
   int x_gates;                   /* 0 or 1 (see above) */
+  void* stream;                  /* CUDA tensors: the CUstream to run on (NULL: the legacy default stream) */
 } kl_forward_args;
 
 kl_status kl_lstm_forward(const kl_forward_args* args);
+
+/* CUDA tensors (kDLCUDA) run on the GPU, asynchronously on args->stream, in
+ * float32 (dtype float32, or bfloat16 / float16 recurrent weights). Nothing of
+ * CUDA is needed to build or import the engine: at the first CUDA call the
+ * driver (libcuda.so.1) and NVRTC ($KOKORO_LSTM_NVRTC, else libnvrtc.so.13 or
+ * .12) are loaded and the kernels compiled for the device, then cached per
+ * process and on disk ($KOKORO_LSTM_CACHE_DIR, else ~/.cache/kokoro_lstm/cuda).
+ * Weights are read in place on every call (no packed copy to go stale). Work
+ * buffers are kept per (device, stream) until kl_cache_clear, so warm calls
+ * allocate nothing and may be captured in CUDA graphs. */
+
+/* Compiles the CUDA kernels for arch ("sm_80", "sm_90a", "compute_90", ...)
+ * without a GPU, in the configurations the engine uses (tests, CI): KL_OK, or
+ * KL_ERR_ARG with NVRTC's message in kl_last_error(). */
+kl_status kl_cuda_compile_check(const char* arch);
 
 /* The message of this thread's last failed kl_lstm_forward (or ""). */
 const char* kl_last_error(void);

@@ -26,8 +26,35 @@ typedef struct {
 
 static void tensor_arg_clear(tensor_arg* a) { Py_CLEAR(a->capsule); }
 
-/* Fills a->t from obj; returns 0 with an exception set on failure. */
-static int to_dltensor(PyObject* obj, const char* name, int writable, tensor_arg* a) {
+/* obj.__dlpack__(): for a CUDA tensor with the stream the call runs on (DLPack's
+ * stream argument: the producer orders its pending work before that stream;
+ * 1 is the legacy default stream). */
+static PyObject* call_dlpack(PyObject* obj, PyObject* stream) {
+  PyObject* dev = PyObject_HasAttrString(obj, "__dlpack_device__")
+                      ? PyObject_CallMethod(obj, "__dlpack_device__", NULL) : NULL;
+  if (!dev) {
+    PyErr_Clear();
+    return PyObject_CallMethod(obj, "__dlpack__", NULL);
+  }
+  long type = -1;
+  if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1) type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+  Py_DECREF(dev);
+  if (type == -1 && PyErr_Occurred()) return NULL;
+  if (type != kDLCUDA) return PyObject_CallMethod(obj, "__dlpack__", NULL);
+  PyObject* kw = Py_BuildValue("{s:O}", "stream", stream);
+  if (!kw) return NULL;
+  PyObject* meth = PyObject_GetAttrString(obj, "__dlpack__");
+  PyObject* empty = PyTuple_New(0);
+  PyObject* cap = meth && empty ? PyObject_Call(meth, empty, kw) : NULL;
+  Py_XDECREF(meth);
+  Py_XDECREF(empty);
+  Py_DECREF(kw);
+  return cap;
+}
+
+/* Fills a->t from obj; returns 0 with an exception set on failure. stream: the
+ * DLPack stream number for CUDA producers. */
+static int to_dltensor(PyObject* obj, const char* name, int writable, PyObject* stream, tensor_arg* a) {
   memset(&a->t, 0, sizeof(a->t));
   a->capsule = NULL;
   if (PyArray_Check(obj)) {
@@ -66,7 +93,7 @@ static int to_dltensor(PyObject* obj, const char* name, int writable, tensor_arg
     a->t.strides = a->strides;
     return 1;
   }
-  PyObject* cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+  PyObject* cap = call_dlpack(obj, stream);
   if (!cap) {
     if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
       PyErr_Clear();
@@ -112,7 +139,9 @@ static int parse_dtype(const char* name, kl_dtype* dt) {
 /* forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional,
  *         has_bias, proj_size=0, batch_first=False, reverse=False,
  *         dtype="float32", num_threads=0, constant_weights=False, owner=0,
- *         gate_bias=None, x_gates=False) -> None
+ *         gate_bias=None, x_gates=False, stream=0) -> None
+ * stream: CUDA tensors run on this CUstream (an int; 0: the legacy default
+ * stream), asynchronously.
  * weights: a sequence of tensors (see kokoro_lstm.h). Writes y, h_n, c_n.
  * gate_bias ([D, B, 4H], added to layer 0's input gates) and x_gates (x is layer
  * 0's input projection, [T, B, D*4H]): layer 0's gate input given or augmented
@@ -125,22 +154,28 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   static char* kwlist[] = {"x", "lengths", "h0", "c0", "weights", "y", "h_n", "c_n",
                            "num_layers", "bidirectional", "has_bias", "proj_size",
                            "batch_first", "reverse", "dtype", "num_threads",
-                           "constant_weights", "owner", "gate_bias", "x_gates", NULL};
+                           "constant_weights", "owner", "gate_bias", "x_gates", "stream", NULL};
   PyObject *xo, *leno, *h0o, *c0o, *wo, *yo, *hno, *cno, *gbo = Py_None;
   kl_forward_args fa;
   memset(&fa, 0, sizeof(fa));
   const char* dtname = "float32";
-  unsigned long long owner = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsipKOp", kwlist, &xo, &leno, &h0o,
+  unsigned long long owner = 0, stream = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|$ippippsipKOpK", kwlist, &xo, &leno, &h0o,
                                    &c0o, &wo, &yo, &hno, &cno, &fa.num_layers, &fa.bidirectional,
                                    &fa.has_bias, &fa.proj_size, &fa.batch_first, &fa.reverse,
                                    &dtname, &fa.num_threads, &fa.constant_weights, &owner, &gbo,
-                                   &fa.x_gates))
+                                   &fa.x_gates, &stream))
     return NULL;
   if (!parse_dtype(dtname, &fa.dtype)) return NULL;
   fa.owner = owner;
+  fa.stream = (void*)(uintptr_t)stream;
   PyObject* seq = PySequence_Fast(wo, "weights must be a sequence of tensors");
   if (!seq) return NULL;
+  PyObject* dl_stream = PyLong_FromUnsignedLongLong(stream ? stream : 1);
+  if (!dl_stream) {
+    Py_DECREF(seq);
+    return NULL;
+  }
   const Py_ssize_t nw = PySequence_Fast_GET_SIZE(seq);
   enum { NT = 8 }; /* the tensors other than the weights */
   PyObject* const in[NT] = {xo, leno, h0o, c0o, yo, hno, cno, gbo};
@@ -155,7 +190,7 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   const DLTensor* ptr[NT] = {NULL};
   for (int i = 0; i < NT; i++) {
     if (in[i] == Py_None) continue;
-    if (!to_dltensor(in[i], names[i], i >= 4 && i < 7, &ta[i])) goto done;
+    if (!to_dltensor(in[i], names[i], i >= 4 && i < 7, dl_stream, &ta[i])) goto done;
     ptr[i] = &ta[i].t;
   }
   for (Py_ssize_t i = 0; i < nw; i++) {
@@ -166,7 +201,7 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
       PyErr_Format(PyExc_TypeError, "%s is None (omit absent biases with has_bias=False)", name);
       goto done;
     }
-    if (!to_dltensor(o, name, 0, &ta[NT + i])) goto done;
+    if (!to_dltensor(o, name, 0, dl_stream, &ta[NT + i])) goto done;
     wp[i] = &ta[NT + i].t;
   }
   fa.x = ptr[0];
@@ -197,7 +232,25 @@ done:
   free(ta);
   free(wp);
   Py_DECREF(seq);
+  Py_DECREF(dl_stream);
   return result;
+}
+
+/* cuda_compile_check(arch): compiles the CUDA kernels for arch with NVRTC (no
+ * GPU needed); raises RuntimeError with the compiler's message on failure. */
+static PyObject* mod_cuda_compile_check(PyObject* m, PyObject* arg) {
+  (void)m;
+  const char* arch = PyUnicode_AsUTF8(arg);
+  if (!arch) return NULL;
+  kl_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = kl_cuda_compile_check(arch);
+  Py_END_ALLOW_THREADS
+  if (s != KL_OK) {
+    PyErr_SetString(PyExc_RuntimeError, kl_last_error());
+    return NULL;
+  }
+  Py_RETURN_NONE;
 }
 
 static PyObject* mod_cache_clear(PyObject* m, PyObject* unused) {
@@ -468,9 +521,10 @@ static PyMethodDef module_methods[] = {
     {"forward", (PyCFunction)(void (*)(void))mod_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional, has_bias, "
      "proj_size=0, batch_first=False, reverse=False, dtype='float32', num_threads=0, "
-     "constant_weights=False, owner=0, gate_bias=None, x_gates=False): "
+     "constant_weights=False, owner=0, gate_bias=None, x_gates=False, stream=0): "
      "the C entry kl_lstm_forward (GIL released)."},
-    {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM."},
+    {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM and the CUDA work buffers."},
+    {"cuda_compile_check", mod_cuda_compile_check, METH_O, "cuda_compile_check(arch): compile the CUDA kernels for arch ('sm_80', 'sm_90a') with NVRTC; raises RuntimeError with its log."},
     {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters, and the bytes of work buffers kept for reuse."},
     {"cache_drop_owner", mod_cache_drop_owner, METH_O, "Drop the cache entries of one owner token."},
     {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},

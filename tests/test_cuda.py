@@ -1,0 +1,295 @@
+"""The CUDA backend: kl_lstm_forward on CUDA tensors.
+
+Everywhere (CI included): the kernels compile with NVRTC for sm_80 and sm_90a.
+On a machine with a GPU (`make test-gpu`, run on the lent H100; the log is
+committed under tests/gpu/): every semantics case against the float64 oracle and
+the CPU engine, both recurrence paths, lengths, NaN, bad input, two streams at
+once, CUDA graph capture, and the torch ops / patched nn.LSTM on CUDA.
+"""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import kokoro_lstm
+from kokoro_lstm import _core, reference
+from conftest import REQUIRE
+
+
+def _nvrtc_found():
+    return bool(os.environ.get("KOKORO_LSTM_NVRTC"))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_kernels_compile(arch):
+    if not _nvrtc_found() and not REQUIRE:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc)")
+    _core.cuda_compile_check(arch)
+
+
+def test_compile_error_is_reported():
+    if not _nvrtc_found() and not REQUIRE:
+        pytest.skip("NVRTC not installed")
+    with pytest.raises(RuntimeError, match="gpu-architecture"):
+        _core.cuda_compile_check("sm_5")
+
+
+torch = pytest.importorskip("torch") if not REQUIRE else __import__("torch")
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+PATHS = ["cluster", "step"]
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    monkeypatch.setenv("KOKORO_LSTM_CUDA_RECURRENCE", request.param)
+    return request.param
+
+
+def _weights(rng, I, H, L, D, proj, bias=True):
+    R = proj or H
+    ws = []
+    for layer in range(L):
+        for _ in range(D):
+            inp = I if layer == 0 else D * R
+            k = 1 / np.sqrt(H)
+            ws += [rng.uniform(-k, k, (4 * H, inp)), rng.uniform(-k, k, (4 * H, R))]
+            if bias:
+                ws += [rng.uniform(-k, k, 4 * H), rng.uniform(-k, k, 4 * H)]
+            if proj:
+                ws.append(rng.uniform(-k, k, (proj, H)))
+    return ws
+
+
+def _ref(x, ws, L, D, H, proj, bias, h0, c0, lengths, batch_first):
+    """The float64 oracle over seq-first x."""
+    per = 2 + 2 * bias + (proj > 0)
+    params = {}
+    for g in range(L * D):
+        w = ws[g * per:(g + 1) * per]
+        sfx = f"_l{g // D}" + ("_reverse" if g % D else "")
+        params["weight_ih" + sfx], params["weight_hh" + sfx] = w[0], w[1]
+        if bias:
+            params["bias_ih" + sfx], params["bias_hh" + sfx] = w[2], w[3]
+        if proj:
+            params["weight_hr" + sfx] = w[-1]
+    xs = np.swapaxes(x, 0, 1) if batch_first else x
+    hx = None if h0 is None else (h0, c0)
+    y, (h_n, c_n) = reference.lstm(xs, params, num_layers=L, bidirectional=D == 2, hx=hx,
+                                   lengths=lengths, proj_size=proj)
+    return (np.swapaxes(y, 0, 1) if batch_first else y), h_n, c_n
+
+
+def _run_cuda(x, ws, L, D, H, proj, bias, h0, c0, lengths, batch_first, dtype="float32",
+              stream=None, out=None):
+    dev = "cuda"
+    t = lambda a: None if a is None else torch.as_tensor(np.asarray(a, np.float32), device=dev)
+    xt = t(x)
+    R = proj or H
+    T, B = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+    y = torch.full((B, T, D * R) if batch_first else (T, B, D * R), float("nan"), device=dev)
+    h_n = torch.full((L * D, B, R), float("nan"), device=dev)
+    c_n = torch.full((L * D, B, H), float("nan"), device=dev)
+    s = stream if stream is not None else torch.cuda.current_stream()
+    _core.forward(xt, None if lengths is None else np.asarray(lengths, np.int64), t(h0), t(c0),
+                  [t(w) for w in ws], y, h_n, c_n, num_layers=L, bidirectional=D == 2,
+                  has_bias=bias, proj_size=proj, batch_first=batch_first, dtype=dtype,
+                  stream=s.cuda_stream)
+    return y, h_n, c_n
+
+
+def _case(rng, I, H, L, D, proj, B, T, bias=True, states=True, lengths=False, batch_first=False):
+    R = proj or H
+    x = rng.standard_normal((B, T, I) if batch_first else (T, B, I))
+    ws = _weights(rng, I, H, L, D, proj, bias)
+    h0 = rng.standard_normal((L * D, B, R)) * 0.5 if states else None
+    c0 = rng.standard_normal((L * D, B, H)) * 0.5 if states else None
+    ln = rng.integers(1, T + 1, B) if lengths else None
+    if lengths:
+        ln[0] = T
+    return x, ws, h0, c0, ln
+
+
+CASES = [  # I, H, L, D, proj, B, T, bias, states, lengths, batch_first
+    (640, 256, 1, 2, 0, 1, 64, True, False, False, True),    # Kokoro's shape
+    (512, 256, 1, 2, 0, 3, 40, True, True, True, True),
+    (6, 4, 1, 1, 0, 1, 5, True, False, False, False),
+    (7, 20, 2, 2, 0, 5, 9, True, True, True, False),
+    (9, 64, 3, 1, 0, 17, 12, False, True, False, True),
+    (5, 128, 1, 2, 0, 33, 7, True, True, True, False),
+    (10, 24, 2, 2, 12, 4, 8, True, True, True, False),       # proj_size: step path
+    (3, 3, 1, 1, 0, 2, 6, True, True, False, False),         # H % 4 != 0: step path
+]
+
+
+@gpu
+@pytest.mark.parametrize("case", CASES)
+def test_semantics_against_float64(case, path):
+    I, H, L, D, proj, B, T, bias, states, lengths, bfirst = case
+    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    x, ws, h0, c0, ln = _case(rng, I, H, L, D, proj, B, T, bias, states, lengths, bfirst)
+    if path == "cluster" and (proj or H % 4):
+        with pytest.raises(ValueError, match="cluster"):
+            _run_cuda(x, ws, L, D, H, proj, bias, h0, c0, ln, bfirst)
+        return
+    y, h_n, c_n = _run_cuda(x, ws, L, D, H, proj, bias, h0, c0, ln, bfirst)
+    torch.cuda.synchronize()
+    ry, rh, rc = _ref(x, ws, L, D, H, proj, bias, h0, c0, ln, bfirst)
+    for got, want, name in ((y, ry, "y"), (h_n, rh, "h_n"), (c_n, rc, "c_n")):
+        got = got.cpu().numpy()
+        assert not np.isnan(got).any(), f"{name}: unwritten elements"
+        err = np.abs(got - want).max()
+        assert err <= 2e-6, f"{name}: max abs error {err:.3g} from float64"
+    # the CPU engine agrees, and the GPU gives the same bits every run
+    cy = np.empty(ry.shape, np.float32)
+    ch, cc = np.empty(rh.shape, np.float32), np.empty(rc.shape, np.float32)
+    f32 = lambda a: None if a is None else np.ascontiguousarray(a, np.float32)
+    _core.forward(f32(x), ln, f32(h0), f32(c0), [f32(w) for w in ws], cy, ch, cc, num_layers=L,
+                  bidirectional=D == 2, has_bias=bias, proj_size=proj, batch_first=bfirst)
+    assert np.abs(cy - y.cpu().numpy()).max() <= 2e-6
+    y2, _, _ = _run_cuda(x, ws, L, D, H, proj, bias, h0, c0, ln, bfirst)
+    assert torch.equal(y, y2)
+
+
+def _rounded(w, dtype):
+    """float32 w rounded to bfloat16 / float16 (to nearest, ties to even) and back."""
+    w = np.ascontiguousarray(w, np.float32)
+    if dtype == "float16":
+        return w.astype(np.float16).astype(np.float64)
+    u = w.view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_reduced_precision_weights(dtype, path):
+    """The recurrent weights (W_hh) are rounded to dtype; all else is float32."""
+    rng = np.random.default_rng(7)
+    x, ws, h0, c0, ln = _case(rng, 33, 64, 1, 2, 0, 3, 20, lengths=True)
+    y, h_n, c_n = _run_cuda(x, ws, 1, 2, 64, 0, True, h0, c0, ln, False, dtype=dtype)
+    wr = [_rounded(w, dtype) if i % 4 == 1 else np.float32(w).astype(np.float64)
+          for i, w in enumerate(ws)]
+    ry, rh, rc = _ref(x, wr, 1, 2, 64, 0, True, h0, c0, ln, False)
+    for got, want in ((y, ry), (h_n, rh), (c_n, rc)):
+        assert np.abs(got.cpu().numpy() - want).max() <= 2e-6
+    yf, _, _ = _run_cuda(x, ws, 1, 2, 64, 0, True, h0, c0, ln, False)
+    assert np.abs(yf.cpu().numpy() - y.cpu().numpy()).max() > 1e-5  # the rounding happened
+
+
+@gpu
+def test_nan_in_nan_out(path):
+    rng = np.random.default_rng(3)
+    x, ws, h0, c0, _ = _case(rng, 8, 32, 1, 2, 0, 3, 6)
+    x[2, 1, 0] = np.nan
+    y, h_n, _ = _run_cuda(x, ws, 1, 2, 32, 0, True, h0, c0, None, False)
+    y = y.cpu().numpy()
+    assert np.isnan(y[2:, 1, :32]).all() and np.isnan(y[:3, 1, 32:]).all()
+    assert not np.isnan(y[:, [0, 2]]).any()  # other rows untouched
+
+
+@gpu
+def test_bad_input_is_a_clear_error():
+    rng = np.random.default_rng(1)
+    x, ws, _, _, _ = _case(rng, 4, 8, 1, 1, 0, 2, 3, states=False)
+    xt = torch.tensor(x, dtype=torch.float32, device="cuda")
+    y = torch.empty((3, 2, 8), device="cuda")
+    w_cpu = [np.ascontiguousarray(w, np.float32) for w in ws]
+    with pytest.raises(ValueError, match="one device"):
+        _core.forward(xt, None, None, None, w_cpu, y, None, None, num_layers=1,
+                      bidirectional=False, has_bias=True)
+    w_gpu = [torch.tensor(w, dtype=torch.float32, device="cuda") for w in ws]
+    with pytest.raises(ValueError, match="lengths"):
+        _core.forward(xt, torch.tensor([3, 2], device="cuda"), None, None, w_gpu, y, None, None,
+                      num_layers=1, bidirectional=False, has_bias=True)
+    with pytest.raises(ValueError, match="float64 runs on the CPU"):
+        _core.forward(xt.double(), None, None, None, [w.double() for w in w_gpu], y.double(),
+                      None, None, num_layers=1, bidirectional=False, has_bias=True,
+                      dtype="float64")
+    with pytest.raises(ValueError, match="stride"):
+        _core.forward(xt, None, None, None, w_gpu, torch.empty((3, 2, 16), device="cuda")[..., ::2],
+                      None, None, num_layers=1, bidirectional=False, has_bias=True)
+
+
+@gpu
+def test_two_streams_at_once(path):
+    rng = np.random.default_rng(11)
+    cases = [_case(rng, 32, 64, 1, 2, 0, 2, 300) for _ in range(2)]
+    want = []
+    for x, ws, h0, c0, _ in cases:
+        want.append(_run_cuda(x, ws, 1, 2, 64, 0, True, h0, c0, None, False)[0].cpu())
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    got = [None, None]
+
+    def work(i):
+        with torch.cuda.stream(streams[i]):
+            x, ws, h0, c0, _ = cases[i]
+            for _ in range(3):
+                got[i] = _run_cuda(x, ws, 1, 2, 64, 0, True, h0, c0, None, False,
+                                   stream=streams[i])[0]
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    torch.cuda.synchronize()
+    for i in range(2):
+        assert torch.equal(got[i].cpu(), want[i])
+
+
+@gpu
+def test_graph_capture_and_replay(path):
+    rng = np.random.default_rng(5)
+    x, ws, h0, c0, ln = _case(rng, 40, 64, 2, 2, 0, 3, 30, lengths=True)
+    dev = "cuda"
+    xs = torch.tensor(x, dtype=torch.float32, device=dev)
+    wt = [torch.tensor(w, dtype=torch.float32, device=dev) for w in ws]
+    h0t = torch.tensor(h0, dtype=torch.float32, device=dev)
+    c0t = torch.tensor(c0, dtype=torch.float32, device=dev)
+    y = torch.empty((30, 3, 128), device=dev)
+    h_n, c_n = torch.empty((4, 3, 64), device=dev), torch.empty((4, 3, 64), device=dev)
+    s = torch.cuda.Stream()
+
+    def call():
+        _core.forward(xs, ln, h0t, c0t, wt, y, h_n, c_n, num_layers=2, bidirectional=True,
+                      has_bias=True, stream=torch.cuda.current_stream().cuda_stream)
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()  # warm: module compiled, work buffers allocated
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        call()
+    for _ in range(2):
+        x2 = rng.standard_normal(x.shape)
+        xs.copy_(torch.tensor(x2, dtype=torch.float32))
+        y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ry, _, _ = _ref(x2, ws, 2, 2, 64, 0, True, h0, c0, ln, False)
+        assert np.abs(y.cpu().numpy() - ry).max() <= 2e-6
+
+
+@gpu
+def test_torch_ops_and_patched_module_on_cuda(path):
+    from kokoro_lstm import torch_ops as ko
+    torch.manual_seed(0)
+    m = torch.nn.LSTM(48, 32, num_layers=2, bidirectional=True, batch_first=True).cuda().eval()
+    x = torch.randn(3, 50, 48, device="cuda")
+    lengths = torch.tensor([50, 17, 33])
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.no_grad():
+        want, (wh, wc) = m(x)
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                         enforce_sorted=False)
+        want_p, (wph, _) = m(packed)
+        want_p, _ = torch.nn.utils.rnn.pad_packed_sequence(want_p, batch_first=True)
+        ko.patch_lstm_modules(m)
+        got, (gh, gc) = m(x)
+        got_p, (gph, _) = m(packed)
+        got_p, _ = torch.nn.utils.rnn.pad_packed_sequence(got_p, batch_first=True)
+    assert got.is_cuda and gh.is_cuda
+    for a, b in ((got, want), (gh, wh), (gc, wc), (got_p, want_p), (gph, wph)):
+        assert (a - b).abs().max().item() <= 1e-5

@@ -1,0 +1,43 @@
+"""A few small CUDA calls over both recurrence paths, for compute-sanitizer
+(memcheck, racecheck, synccheck): `make test-gpu` runs it under each tool."""
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kokoro_lstm import _core  # noqa: E402
+
+
+def run(I, H, L, D, proj, B, T, lengths, dtype="float32"):
+    rng = np.random.default_rng(0)
+    R = proj or H
+    ws = []
+    for layer in range(L):
+        for _ in range(D):
+            ws += [rng.standard_normal((4 * H, I if layer == 0 else D * R)) * 0.2,
+                   rng.standard_normal((4 * H, R)) * 0.2, rng.standard_normal(4 * H) * 0.1,
+                   rng.standard_normal(4 * H) * 0.1]
+            if proj:
+                ws.append(rng.standard_normal((proj, H)) * 0.2)
+    t = lambda a: torch.tensor(a, dtype=torch.float32, device="cuda")
+    y = torch.empty((T, B, D * R), device="cuda")
+    hn, cn = torch.empty((L * D, B, R), device="cuda"), torch.empty((L * D, B, H), device="cuda")
+    ln = np.maximum(1, T - np.arange(B) % T).astype(np.int64) if lengths else None
+    _core.forward(t(rng.standard_normal((T, B, I))), ln, t(rng.standard_normal((L * D, B, R))),
+                  t(rng.standard_normal((L * D, B, H))), [t(w) for w in ws], y, hn, cn,
+                  num_layers=L, bidirectional=D == 2, has_bias=True, proj_size=proj, dtype=dtype,
+                  stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()
+
+
+for path in ("cluster", "step"):
+    os.environ["KOKORO_LSTM_CUDA_RECURRENCE"] = path
+    run(64, 256, 1, 2, 0, 1, 6, False)
+    run(16, 64, 2, 2, 0, 5, 5, True, "bfloat16")
+    run(8, 32, 1, 1, 0, 40, 4, True)
+os.environ["KOKORO_LSTM_CUDA_RECURRENCE"] = "step"
+run(10, 24, 2, 2, 12, 4, 5, True)
+print("cuda_smoke: ok")
