@@ -18,6 +18,9 @@
 #                     for the host and for aarch64
 #   make wheel-test   build the wheel, auditwheel repair it, install it in a fresh venv
 #                     without a compiler and run the core tests against it (tools/wheel_test.sh)
+#   make test-gpu     on a machine with an NVIDIA GPU (the lent H100): build there, the GPU tests
+#                     (tests/test_cuda.py), compute-sanitizer over tools/cuda_smoke.py and
+#                     benchmarks/bench_cuda.py; logs to $$OUT (tools/gpu_check.sh)
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
@@ -48,6 +51,8 @@ TORCH_PIP_ARGS ?=
 # ProsodyPredictor (random init, no network)
 TEST_EXTRAS ?= kokoro==0.9.4
 VENV_STAMP := $(VENV)/.kokoro-venv.stamp
+# NVRTC (no GPU needed): tests/test_cuda.py compiles every CUDA kernel for sm_80 and sm_90a
+NVRTC_PIP ?= nvidia-cuda-nvrtc==13.0.88
 
 # ---- C builds: kl_build.py ------------------------------------------------------------
 export KOKORO_LSTM_WERROR ?= 1
@@ -71,7 +76,7 @@ DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenb
 DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py tests/test_one_road.py
 
-.PHONY: all venv ext test ctest asan bench-kernels debian-test blas-scipy-test demo bench clean distclean \
+.PHONY: all venv ext test test-gpu ctest asan bench-kernels debian-test blas-scipy-test demo bench clean distclean \
         test-aarch64 ctest-portable wheel-test clang-check
 
 all: test
@@ -84,7 +89,7 @@ $(VENV_STAMP): constraints.txt pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --progress-bar off $(PIPC) $(TORCH_PIP_ARGS) torch==2.13.0
 	$(PIP) install --progress-bar off $(PIPC) numpy pytest scipy-openblas32 setuptools wheel apache-tvm \
-	    onnxruntime onnx onnxscript matplotlib threadpoolctl
+	    onnxruntime onnx onnxscript matplotlib threadpoolctl $(NVRTC_PIP)
 	$(PIP) install --progress-bar off $(PIPC) $(TEST_EXTRAS)
 	$(PIP) install --progress-bar off $(PIPC) --no-build-isolation -e .
 	touch $@
@@ -108,6 +113,9 @@ test: venv ext
 	$(VPY) -m pytest -q tests || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED"; else echo "make test: all passed"; fi; \
 	exit $$rc
+
+test-gpu:
+	bash tools/gpu_check.sh
 
 # GNU OpenMP, preloaded for the second C test run of `make test` (the engine runs its
 # parallel jobs on a loaded libgomp's team, as next to PyTorch)

@@ -226,9 +226,9 @@ def clear_cache():
 
 
 def _np(t: Tensor):
-    """What the engine reads in place: a NumPy view of a CPU tensor, the (detached)
-    tensor itself on CUDA, where the engine takes it through DLPack."""
-    return t.detach() if t.is_cuda else t.detach().numpy()
+    """What the engine reads in place: a NumPy view of a CPU tensor; a DLPack capsule
+    of a CUDA tensor (the ops run on its current stream, so no stream handshake)."""
+    return torch._C._to_dlpack(t.detach()) if t.is_cuda else t.detach().numpy()
 
 
 def _stream(x: Tensor) -> int:

@@ -403,18 +403,20 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
     if (holds) {
       float acc[KL_NB];
       const float* hk = hs + cur * KL_NB * KL_R + ks * KL_KPT;
+      // FMA chains: four interleaved per row when few rows give little parallelism
+#define KL_CHAINS (KL_NB < 4 ? 4 : 1)
 #pragma unroll
       for (int r = 0; r < KL_NB; r++) {
-        float sum = 0.0f;
+        float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int k = 0; k < KL_KPT; k += 4) {
           const float4 hv = *reinterpret_cast<const float4*>(hk + r * KL_R + k);
-          sum = fmaf(w[k], hv.x, sum);
-          sum = fmaf(w[k + 1], hv.y, sum);
-          sum = fmaf(w[k + 2], hv.z, sum);
-          sum = fmaf(w[k + 3], hv.w, sum);
+          s4[0] = fmaf(w[k], hv.x, s4[0]);
+          s4[1 % KL_CHAINS] = fmaf(w[k + 1], hv.y, s4[1 % KL_CHAINS]);
+          s4[2 % KL_CHAINS] = fmaf(w[k + 2], hv.z, s4[2 % KL_CHAINS]);
+          s4[3 % KL_CHAINS] = fmaf(w[k + 3], hv.w, s4[3 % KL_CHAINS]);
         }
-        acc[r] = sum;
+        acc[r] = (s4[0] + s4[1]) + (s4[2] + s4[3]);
       }
 #pragma unroll
       for (int r = 0; r < KL_NB; r++) red[(ks * KL_NB + r) * KL_ROWS + row] = acc[r];

@@ -14,8 +14,8 @@
 
 /* ---- forward: every front's road into kl_lstm_forward ------------------------
  *
- * Tensors are NumPy arrays (described in place) or any object with __dlpack__
- * (torch tensors, ...), or None. The binding only turns them into DLTensors;
+ * Tensors are NumPy arrays (described in place), any object with __dlpack__
+ * (torch tensors, CuPy arrays, ...), a DLPack capsule, or None. The binding only turns them into DLTensors;
  * kl_lstm_forward validates everything once. */
 
 typedef struct {
@@ -93,7 +93,9 @@ static int to_dltensor(PyObject* obj, const char* name, int writable, PyObject* 
     a->t.strides = a->strides;
     return 1;
   }
-  PyObject* cap = call_dlpack(obj, stream);
+  /* a DLPack capsule itself (torch_ops passes torch._C._to_dlpack's: no stream
+   * handshake, the caller runs on the tensors' stream) or an object's __dlpack__ */
+  PyObject* cap = PyCapsule_CheckExact(obj) ? Py_NewRef(obj) : call_dlpack(obj, stream);
   if (!cap) {
     if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
       PyErr_Clear();
