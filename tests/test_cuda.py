@@ -6,6 +6,7 @@ committed under tests/gpu/): every semantics case against the float64 oracle and
 the CPU engine, both recurrence paths, lengths, NaN, bad input, two streams at
 once, CUDA graph capture, and the torch ops / patched nn.LSTM on CUDA.
 """
+import ctypes
 import os
 import threading
 
@@ -33,6 +34,61 @@ def test_compile_error_is_reported():
         pytest.skip("NVRTC not installed")
     with pytest.raises(RuntimeError, match="gpu-architecture"):
         _core.cuda_compile_check("sm_5")
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_keep = []
+
+
+def _fake_cuda(shape, device_type=2):
+    """A DLPack capsule of a float32 tensor said to be on CUDA device 0, whose data is
+    never read: validation and the driver lookup come first."""
+    dims = (ctypes.c_int64 * len(shape))(*shape)
+    m = _DLManaged(_DLTensor(0x1000, _DLDevice(device_type, 0), len(shape), 2, 32, 1, dims,
+                             None, 0), None, None)
+    _keep.append((dims, m))
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(m), b"dltensor", None)
+
+
+def _fake_call(x_dev=2, w_dev=2):
+    I, H, T, B = 3, 4, 5, 2
+    ws = [_fake_cuda(s, w_dev) for s in ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]
+    _core.forward(_fake_cuda((T, B, I), x_dev), None, None, None, ws, _fake_cuda((T, B, H), x_dev),
+                  None, None, num_layers=1, bidirectional=False, has_bias=True)
+
+
+def test_cuda_errors_without_a_gpu():
+    """On any machine: a CUDA call with CPU weights names the device mismatch; a
+    CUDA call where no driver is loaded says what is missing, and CPU calls work."""
+    with pytest.raises(ValueError, match=r"weights\[0\].*is on cpu:0 but x is on cuda:0"):
+        _fake_call(w_dev=1)
+    with pytest.raises(ValueError, match=r"x is on device type 8"):
+        _fake_call(x_dev=8)
+    with pytest.raises(ValueError, match="float64 runs on the CPU only"):
+        _core.forward(_fake_cuda((5, 2, 3)), None, None, None, [], _fake_cuda((5, 2, 4)), None, None,
+                      num_layers=1, bidirectional=False, has_bias=True, dtype="float64")
+    if os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia"):
+        pytest.skip("a GPU driver is present: the no-driver message cannot be seen here")
+    with pytest.raises(ValueError, match="libcuda.so.1"):
+        _fake_call()
+    y = kokoro_lstm.LSTM(3, 4)(np.ones((5, 2, 3), np.float32))[0]  # the CPU is unaffected
+    assert np.isfinite(y).all()
 
 
 torch = pytest.importorskip("torch") if not REQUIRE else __import__("torch")

@@ -745,7 +745,7 @@ static void test_gate_args(void) {
        &(DLTensor){gb, cpu, 3, f64, sgb, NULL, 0}, &tx, 0},
       {"gate_bias strided", "gate_bias must be contiguous", &(DLTensor){gb, cpu, 3, f32, sgb, stgb, 0},
        &tx, 0},
-      {"gate_bias on a GPU", "gate_bias must be a CPU tensor",
+      {"gate_bias on a GPU", "every tensor of a call must be on one device",
        &(DLTensor){gb, {kDLCUDA, 0}, 3, f32, sgb, NULL, 0}, &tx, 0},
       {"gate_bias without data", "gate_bias has no data", &(DLTensor){NULL, cpu, 3, f32, sgb, NULL, 0},
        &tx, 0},
