@@ -18,6 +18,7 @@ checked equal in length and close in value first.
     python benchmarks/bench_cuda.py --out results/cuda_h100.json
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -47,53 +48,88 @@ def _timed(fn, reps):
     return s.elapsed_time(e) / reps
 
 
+def _graph(fn):
+    """fn captured in a CUDA graph (after a warm call on a side stream); returns replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
 def lstm_case(B, T, rounds, I=640, H=256):
+    from kokoro_lstm import torch_ops as ko
     torch.manual_seed(0)
     m = torch.nn.LSTM(I, H, batch_first=True, bidirectional=True).cuda().eval()
+    mp = ko.patch_lstm_modules(copy.deepcopy(m))
     x = torch.randn(B, T, I, device="cuda")
     ws = [p.detach() for p in m._flat_weights]
     y = torch.empty(B, T, 2 * H, device="cuda")
     h_n, c_n = torch.empty(2, B, H, device="cuda"), torch.empty(2, B, H, device="cuda")
     gates = torch.randn(B, T, 2 * 4 * H, device="cuda") * 0.5
 
-    def ours(path="auto", x_gates=False):
+    def env(fn, **kw):  # fn with KOKORO_LSTM_* variables set for the call
         def run():
-            os.environ["KOKORO_LSTM_CUDA_RECURRENCE"] = path
-            _core.forward(gates if x_gates else x, None, None, None, ws, y, h_n, c_n,
-                          num_layers=1, bidirectional=True, has_bias=True, batch_first=True,
-                          x_gates=x_gates, stream=torch.cuda.current_stream().cuda_stream)
+            for k, v in kw.items():
+                os.environ["KOKORO_LSTM_CUDA_" + k.upper()] = v
+            try:
+                fn()
+            finally:
+                for k in kw:
+                    del os.environ["KOKORO_LSTM_CUDA_" + k.upper()]
         return run
 
     def cudnn():
         with torch.no_grad():
             m(x)
 
-    variants = {"cudnn": cudnn, "ours": ours(), "ours_step": ours("step"),
-                "ours_recurrence": ours("auto", True)}
+    def ours():
+        with torch.no_grad():
+            mp(x)
+
+    def recurrence():
+        _core.forward(gates, None, None, None, ws, y, h_n, c_n, num_layers=1, bidirectional=True,
+                      has_bias=True, batch_first=True, x_gates=True,
+                      stream=torch.cuda.current_stream().cuda_stream)
+
     with torch.no_grad():
         want = m(x)[0]
-    ours()()
-    torch.cuda.synchronize()
-    err = (y - want).abs().max().item()
-    for f in variants.values():  # warm: modules compiled, buffers allocated
+        got = mp(x)[0]
+        torch.backends.cudnn.allow_tf32 = False
+        exact = m(x)[0]
+        torch.backends.cudnn.allow_tf32 = True
+    variants = {"cudnn": cudnn, "ours": ours,
+                "ours_mbarrier": env(ours, exchange="mbarrier"),
+                "ours_step": env(ours, recurrence="step"),
+                "ours_recurrence": recurrence,
+                "ours_recurrence_mbarrier": env(recurrence, exchange="mbarrier")}
+    for f in list(variants.values()):  # warm: modules compiled, buffers allocated
         f()
+    variants["cudnn_graph"] = _graph(cudnn)
+    variants["ours_graph"] = _graph(ours)
+    variants["ours_mbarrier_graph"] = _graph(env(ours, exchange="mbarrier"))
     torch.cuda.synchronize()
-    reps = max(1, int(20 / T)) if T < 1024 else 1
-    reps = max(reps, 2 if T <= 256 else 1)
+    reps = 10 if T <= 256 else 2
     times = {k: [] for k in variants}
     names = list(variants)
     for r in range(rounds):
         for k in (names if r % 2 == 0 else names[::-1]):
             times[k].append(_timed(variants[k], reps))
-    os.environ["KOKORO_LSTM_CUDA_RECURRENCE"] = "auto"
     row = {"B": B, "T": T, "I": I, "H": H, "bidirectional": True, "reps": reps,
-           "max_abs_vs_cudnn": err}
+           "max_abs_vs_cudnn": (got - want).abs().max().item(),
+           "max_abs_vs_cudnn_no_tf32": (got - exact).abs().max().item()}
     for k, v in times.items():
         row[f"{k}_ms"] = statistics.median(v)
         row[f"{k}_min_ms"] = min(v)
     row["cudnn_over_ours"] = row["cudnn_ms"] / row["ours_ms"]
+    row["graph_cudnn_over_ours"] = row["cudnn_graph_ms"] / row["ours_graph_ms"]
     row["ours_us_per_step"] = 1000 * row["ours_ms"] / T
     row["recurrence_us_per_step"] = 1000 * row["ours_recurrence_ms"] / T
+    row["recurrence_mbarrier_us_per_step"] = 1000 * row["ours_recurrence_mbarrier_ms"] / T
     return row
 
 
@@ -222,9 +258,12 @@ def main(argv=None):
         row = lstm_case(B, T, a.rounds)
         res["lstm"].append(row)
         print(f"B={B:3d} T={T:5d}  cuDNN {row['cudnn_ms']:8.3f} ms  ours {row['ours_ms']:7.3f} ms "
-              f"({row['cudnn_over_ours']:5.1f}x, {row['ours_us_per_step']:.2f} us/step; "
-              f"recurrence {row['recurrence_us_per_step']:.2f} us/step; step path "
-              f"{row['ours_step_ms']:.3f} ms)  err {row['max_abs_vs_cudnn']:.1e}", flush=True)
+              f"({row['cudnn_over_ours']:5.1f}x)  mbarrier {row['ours_mbarrier_ms']:7.3f}  graphs: cuDNN "
+              f"{row['cudnn_graph_ms']:.3f} ours {row['ours_graph_ms']:.3f} mbarrier "
+              f"{row['ours_mbarrier_graph_ms']:.3f} ({row['graph_cudnn_over_ours']:.1f}x); recurrence "
+              f"{row['recurrence_us_per_step']:.2f} / {row['recurrence_mbarrier_us_per_step']:.2f} us/step; "
+              f"step path {row['ours_step_ms']:.3f} ms; err {row['max_abs_vs_cudnn_no_tf32']:.1e}",
+              flush=True)
     if not a.no_kmodel:
         for tokens in (int(t) for t in a.tokens.split(",")):
             row = kmodel_case(tokens, a.frames_per_token, a.rounds)
