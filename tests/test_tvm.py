@@ -448,6 +448,61 @@ print("ok")
         assert _subprocess(code, str(tmp_path), order).strip().endswith("ok"), order
 
 
+_RUN_ONE = _BLOCK_KOKORO + """
+import sys
+import numpy as np, tvm
+from tvm import relax
+lib, data = sys.argv[1], np.load(sys.argv[2])
+inputs = [data[k] for k in sorted(k for k in data.files if k.startswith("in"))]
+vm = relax.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())
+got = [r.numpy() for r in vm["main"](*[tvm.runtime.tensor(a) for a in inputs])]
+exp = [data[k] for k in sorted(k for k in data.files if k.startswith("out"))]
+assert len(got) == len(exp), (len(got), len(exp))
+assert all(np.array_equal(g, e) for g, e in zip(got, exp))
+assert not any(m.startswith("kokoro_lstm") for m in sys.modules)
+print("ok")
+"""
+
+
+def _save_case(path, inputs, outputs):
+    np.savez(path, **{f"in{k:02d}": a for k, a in enumerate(inputs)},
+             **{f"out{k:02d}": a for k, a in enumerate(outputs)})
+
+
+def test_export_finds_blas_at_run_time_not_from_the_build(tmp_path, monkeypatch):
+    """A pip install builds in a temporary environment whose BLAS is gone afterwards:
+    exporting must not use a BLAS path recorded at build time (here one that no longer
+    exists), and the library must load where kokoro_lstm cannot be imported."""
+    from kokoro_lstm import _build_config
+
+    monkeypatch.setattr(_build_config, "BLAS_LINK",
+                        ["-L/tmp/pip-build-env-gone/scipy_openblas32/lib", "-lscipy_openblas"]
+                        if _build_config.BLAS == "scipy-openblas32" else
+                        ["-L/tmp/pip-build-env-gone/lib", "-lopenblas_gone"], raising=False)
+    ep, inputs = _quad(5)[:2]
+    ex = tvm.compile(kt.from_exported_program(ep, lstm_method="native"), target="llvm")
+    kt.export_library(ex, tmp_path / "quad.so")
+    _save_case(tmp_path / "quad.npz", inputs, _run(relax.VirtualMachine(ex, tvm.cpu()), inputs))
+    assert "gone" not in " ".join(kt.export_options()["options"])
+    assert _subprocess(_RUN_ONE, str(tmp_path / "quad.so"), str(tmp_path / "quad.npz")).strip() == "ok"
+
+
+def test_export_names_the_missing_blas(monkeypatch):
+    """No BLAS of the kind the engine was built against: one line naming what to
+    install (the scipy-openblas32 wheel, or the system OpenBLAS)."""
+    from kokoro_lstm import _build_config
+    from kokoro_lstm.tvm import _link
+
+    monkeypatch.setattr(_build_config, "BLAS", "scipy-openblas32")
+    monkeypatch.setitem(sys.modules, "scipy_openblas32", None)  # import fails
+    with pytest.raises(_link.BlasNotFound, match=r"pip install scipy-openblas32$"):
+        kt.export_options()
+    monkeypatch.setattr(_build_config, "BLAS", "system")
+    monkeypatch.setenv("PATH", "")  # neither pkg-config nor ldconfig
+    with pytest.raises(_link.BlasNotFound, match=r"apt-get install libopenblas-dev"):
+        kt.export_options()
+
+
 # ----------------------------------------------------------------------------------
 # API surface
 # ----------------------------------------------------------------------------------

@@ -223,27 +223,24 @@ def export_options() -> dict:
     * ``addons``: ``kokoro_lstm/lib/kokoro_lstm_tvm.o``, the engine (core, kernels,
       tvm-ffi glue) as one relocatable object with hidden symbols; a constructor
       registers its functions when the library is loaded;
-    * ``options``: the BLAS it was built with (``-lopenblas`` for the system
-      OpenBLAS; the scipy-openblas32 library's directory otherwise, with an rpath),
-      ``-lpthread -lm``, and an ``$ORIGIN`` rpath so that a BLAS library copied next
-      to the artifact is found.
+    * ``options``: the OpenBLAS it was built against, as installed now (the
+      ``scipy_openblas32`` package's library directory, with an rpath to it; or the
+      system OpenBLAS through pkg-config / ``ldconfig -p``; see :mod:`._link`; a
+      one-line :class:`~kokoro_lstm.tvm._link.BlasNotFound` names what to install
+      when it is missing), ``-lpthread -lm``, and an ``$ORIGIN`` rpath so that a BLAS
+      library copied next to the artifact is found.
     """
-    import os
     import sys
 
-    from .. import _build_config
+    from ._link import blas_link_flags, engine_object
 
-    obj = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib",
-                       "kokoro_lstm_tvm.o")
-    if not os.path.exists(obj):
-        raise RuntimeError(f"kokoro_lstm: the engine object {obj} is missing; rebuild the "
-                           "package (pip install . or python setup.py build_ext --inplace)")
+    obj = engine_object()
     # TVM puts options before the objects, so with --as-needed (a distribution default)
     # the linker would drop the libraries the engine object needs: keep them.
     keep = ["-Wl,--no-as-needed"] if sys.platform.startswith("linux") else []
     return {"addons": [obj],
-            "options": keep + list(_build_config.BLAS_LINK) + ["-lpthread", "-ldl", "-lm",
-                                                               "-Wl,-rpath,$ORIGIN"]}
+            "options": keep + blas_link_flags() + ["-lpthread", "-ldl", "-lm",
+                                                   "-Wl,-rpath,$ORIGIN"]}
 
 
 def export_library(ex, path, **kwargs):
