@@ -503,6 +503,49 @@ def test_export_names_the_missing_blas(monkeypatch):
         kt.export_options()
 
 
+class _DenseThenLstm(torch.nn.Module):
+    """Linear + conv1d (the engine's dense externs) before a tir LSTM."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(I, 2 * I)
+        self.conv = torch.nn.Conv1d(2 * I, I, 3, padding=1)
+        self.lstm = torch.nn.LSTM(I, H, bidirectional=True)
+
+    def forward(self, x):
+        y = self.conv(torch.tanh(self.proj(x)).permute(1, 2, 0)).permute(2, 0, 1)
+        return self.lstm(y)[0]
+
+
+def test_plain_export_library_carries_the_engine(tmp_path):
+    """TVM's own ``ex.export_library(path)``, no kokoro_lstm helper: a module lowered
+    with the native LSTM, and one whose dense ops went to the engine's externs
+    (rewrite_dense, tir LSTM), load and run where kokoro_lstm cannot be imported, with
+    this process's numbers (which match PyTorch's)."""
+    torch.manual_seed(3)
+    dense_model = _DenseThenLstm().eval()
+    x = torch.randn(6, B, I)
+    with torch.no_grad():
+        dense_want = [dense_model(x).numpy()]
+    dense_ep = torch.export.export(dense_model, (x,))
+    dense_mod, counts = kt.rewrite_dense(kt.from_exported_program(dense_ep, lstm_method="tir"))
+    assert counts.get("matmul") and counts.get("conv1d"), counts
+    ep, inputs, expected = _quad(5)
+    cases = {"native": (kt.from_exported_program(ep, lstm_method="native",
+                                                 run_ep_decomposition=False),
+                        inputs, [a for triple in expected for a in triple]),
+             "dense": (dense_mod, [x.numpy()], dense_want)}
+    for name, (mod, ins, want) in cases.items():
+        ex = tvm.compile(mod, target="llvm")
+        assert kt.uses_engine(ex)
+        ex.export_library(str(tmp_path / f"{name}.so"))
+        got = _run(relax.VirtualMachine(ex, tvm.cpu()), ins)
+        _check(got[:3], want[:3], name)
+        _save_case(tmp_path / f"{name}.npz", ins, got)
+        out = _subprocess(_RUN_ONE, str(tmp_path / f"{name}.so"), str(tmp_path / f"{name}.npz"))
+        assert out.strip() == "ok", name
+
+
 # ----------------------------------------------------------------------------------
 # API surface
 # ----------------------------------------------------------------------------------
