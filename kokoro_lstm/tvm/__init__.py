@@ -206,10 +206,14 @@ def from_exported_program(ep, *, lstm_method: str = "auto", target="llvm",
 
 
 def _maybe_attach(mod):
-    """``attach_engine(mod)`` where that is possible (Linux, BLAS found); elsewhere
-    ``mod`` as it is, with a warning (:func:`export_library` still links the engine)."""
+    """``attach_engine(mod)`` on Linux, ``mod`` as it is elsewhere; on Linux a failure
+    (no compiler, no BLAS) warns and leaves ``mod`` as it is too
+    (:func:`export_library` still links the engine, or says what is missing)."""
+    import sys
     import warnings
 
+    if not sys.platform.startswith("linux"):  # no GNU ld: export_library links the engine
+        return mod
     try:
         return attach_engine(mod)
     except Exception as e:  # noqa: BLE001 - a missing linker or BLAS: not fatal here
@@ -284,7 +288,7 @@ def export_library(ex, path, **kwargs):
     runtime (``libtvm_runtime`` + ``libtvm_ffi``) and OpenBLAS where it runs."""
     from ._link import carries_engine
 
-    if uses_engine(ex) and not carries_engine(ex.mod):
+    if uses_engine(ex) and not carries_engine(getattr(ex, "mod", ex)):
         opts = export_options()
         kwargs["addons"] = list(kwargs.get("addons") or []) + opts["addons"]
         extra = kwargs.get("options") or []
