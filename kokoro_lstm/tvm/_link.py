@@ -150,8 +150,14 @@ def _scipy_openblas_stub():
         with open(script, "w") as f:
             f.writelines(f"{s} = 0;\n" for s in wanted)
         out = os.path.join(tmp, "stub.so")
-        subprocess.run([_cc.get_cc() or "cc", "-shared", "-nostdlib", "-o", out,
-                        f"-Wl,-soname,{real}", src, script], check=True, capture_output=True)
+        cc = _cc.get_cc()
+        if not cc:
+            raise RuntimeError("kokoro_lstm: no C compiler (set CC), which TVM's "
+                               "export_library needs too")
+        subprocess.run(shlex.split(cc) + ["-shared", "-nostdlib", "-o", out,
+                                          f"-Wl,-soname,{real}", "-x", "c", src, "-x",
+                                          "none", script],
+                       check=True, capture_output=True)
         os.replace(out, stub)  # atomic: a concurrent export sees the whole file or none
     return stub
 
