@@ -17,7 +17,8 @@
 #   make clang-check  compile-only with clang -Werror, portable paths: every file of the C test,
 #                     for the host and for aarch64
 #   make wheel-test   build the wheel, auditwheel repair it, install it in a fresh venv
-#                     without a compiler and run the core tests against it (tools/wheel_test.sh)
+#                     without a compiler and run the core tests against it; then port-encoder
+#                     from it and its library run without kokoro_lstm (tools/wheel_test.sh)
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
