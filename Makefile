@@ -17,7 +17,8 @@
 #   make clang-check  compile-only with clang -Werror, portable paths: every file of the C test,
 #                     for the host and for aarch64
 #   make wheel-test   build the wheel, auditwheel repair it, install it in a fresh venv
-#                     without a compiler and run the core tests against it (tools/wheel_test.sh)
+#                     without a compiler and run the core tests against it; then port-encoder
+#                     from it and its library run without kokoro_lstm (tools/wheel_test.sh)
 #   make test-gpu     on a machine with an NVIDIA GPU (the lent H100): build there, the GPU tests
 #                     (tests/test_cuda.py), compute-sanitizer over tools/cuda_smoke.py and
 #                     benchmarks/bench_cuda.py; logs to $$OUT (tools/gpu_check.sh)

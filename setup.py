@@ -105,11 +105,9 @@ class BuildExt(build_ext):
                 kl_build.record(out, command, self._stamps())
 
     def _write_build_config(self):
-        libs = ([f"-L{d}" for d in BLAS["library_dirs"]] + [f"-l{n}" for n in BLAS["libraries"]]
-                + [f"-Wl,-rpath,{d}" for d in BLAS["runtime_library_dirs"]])
-        text = (f'"""Written by setup.py at build time."""\nBLAS = {BLAS["blas"]!r}\n'
-                f"# link flags of the engine object (lib/kokoro_lstm_tvm.o) for BLAS\n"
-                f"BLAS_LINK = {libs!r}\n")
+        # Only which BLAS, never where it was: a pip install builds in a temporary
+        # environment; kokoro_lstm.tvm._link finds the library when exporting.
+        text = (f'"""Written by setup.py at build time."""\nBLAS = {BLAS["blas"]!r}\n')
         for base in {os.path.join(ROOT, "kokoro_lstm"), os.path.join(self.build_lib, "kokoro_lstm")}:
             if os.path.isdir(base):
                 with open(os.path.join(base, "_build_config.py"), "w") as f:

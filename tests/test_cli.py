@@ -360,6 +360,19 @@ def test_padded_semantics_is_kokoro_tvm_old_behaviour(tmp_path):
     assert r["validation"]["padding_error"] > 1e-3
 
 
+@pytest.mark.parametrize("component", LSTM_COMPONENTS)
+def test_kokoro_tvm_default_flags_build_and_validate(tmp_path, component):
+    """kokoro-tvm's defaults, --lstm-method topi --lstm-semantics padded, with this
+    CLI's default pipeline (dense ops native, parallel schedules): dlight's Reduction
+    rule raised ScheduleError on the unrolled TOPI step (c_t and h_t both outputs)
+    and stopped the build; such a function is now left to TVM's default schedule."""
+    assert _port(tmp_path, component, "topi", "--lstm-semantics", "padded") == 0
+    r = _report(tmp_path, component)
+    assert r["lstm_method"] == "topi" and r["lstm_semantics"] == "padded"
+    assert r["dense_method"] == "native" and r["num_threads"] is None
+    assert r["validation"]["passed"], r["validation"]
+
+
 # --------------------------------------------------------------------------------------
 # checkpoints
 # --------------------------------------------------------------------------------------

@@ -448,6 +448,104 @@ print("ok")
         assert _subprocess(code, str(tmp_path), order).strip().endswith("ok"), order
 
 
+_RUN_ONE = _BLOCK_KOKORO + """
+import sys
+import numpy as np, tvm
+from tvm import relax
+lib, data = sys.argv[1], np.load(sys.argv[2])
+inputs = [data[k] for k in sorted(k for k in data.files if k.startswith("in"))]
+vm = relax.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())
+got = [r.numpy() for r in vm["main"](*[tvm.runtime.tensor(a) for a in inputs])]
+exp = [data[k] for k in sorted(k for k in data.files if k.startswith("out"))]
+assert len(got) == len(exp), (len(got), len(exp))
+assert all(np.array_equal(g, e) for g, e in zip(got, exp))
+assert not any(m.startswith("kokoro_lstm") for m in sys.modules)
+print("ok")
+"""
+
+
+def _save_case(path, inputs, outputs):
+    np.savez(path, **{f"in{k:02d}": a for k, a in enumerate(inputs)},
+             **{f"out{k:02d}": a for k, a in enumerate(outputs)})
+
+
+def test_export_finds_blas_at_run_time_not_from_the_build(tmp_path, monkeypatch):
+    """A pip install builds in a temporary environment whose BLAS is gone afterwards:
+    exporting must not use a BLAS path recorded at build time (here one that no longer
+    exists), and the library must load where kokoro_lstm cannot be imported."""
+    from kokoro_lstm import _build_config
+
+    monkeypatch.setattr(_build_config, "BLAS_LINK",
+                        ["-L/tmp/pip-build-env-gone/scipy_openblas32/lib", "-lscipy_openblas"]
+                        if _build_config.BLAS == "scipy-openblas32" else
+                        ["-L/tmp/pip-build-env-gone/lib", "-lopenblas_gone"], raising=False)
+    ep, inputs = _quad(5)[:2]
+    ex = tvm.compile(kt.from_exported_program(ep, lstm_method="native"), target="llvm")
+    kt.export_library(ex, tmp_path / "quad.so")
+    _save_case(tmp_path / "quad.npz", inputs, _run(relax.VirtualMachine(ex, tvm.cpu()), inputs))
+    assert "gone" not in " ".join(kt.export_options()["options"])
+    assert _subprocess(_RUN_ONE, str(tmp_path / "quad.so"), str(tmp_path / "quad.npz")).strip() == "ok"
+
+
+def test_export_names_the_missing_blas(monkeypatch):
+    """No BLAS of the kind the engine was built against: one line naming what to
+    install (the scipy-openblas32 wheel, or the system OpenBLAS)."""
+    from kokoro_lstm import _build_config
+    from kokoro_lstm.tvm import _link
+
+    monkeypatch.setattr(_build_config, "BLAS", "scipy-openblas32")
+    monkeypatch.setitem(sys.modules, "scipy_openblas32", None)  # import fails
+    with pytest.raises(_link.BlasNotFound, match=r"pip install scipy-openblas32$"):
+        kt.export_options()
+    monkeypatch.setattr(_build_config, "BLAS", "system")
+    monkeypatch.setenv("PATH", "")  # neither pkg-config nor ldconfig
+    with pytest.raises(_link.BlasNotFound, match=r"apt-get install libopenblas-dev"):
+        kt.export_options()
+
+
+class _DenseThenLstm(torch.nn.Module):
+    """Linear + conv1d (the engine's dense externs) before a tir LSTM."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(I, 2 * I)
+        self.conv = torch.nn.Conv1d(2 * I, I, 3, padding=1)
+        self.lstm = torch.nn.LSTM(I, H, bidirectional=True)
+
+    def forward(self, x):
+        y = self.conv(torch.tanh(self.proj(x)).permute(1, 2, 0)).permute(2, 0, 1)
+        return self.lstm(y)[0]
+
+
+def test_plain_export_library_carries_the_engine(tmp_path):
+    """TVM's own ``ex.export_library(path)``, no kokoro_lstm helper: a module lowered
+    with the native LSTM, and one whose dense ops went to the engine's externs
+    (rewrite_dense, tir LSTM), load and run where kokoro_lstm cannot be imported, with
+    this process's numbers (which match PyTorch's)."""
+    torch.manual_seed(3)
+    dense_model = _DenseThenLstm().eval()
+    x = torch.randn(6, B, I)
+    with torch.no_grad():
+        dense_want = [dense_model(x).numpy()]
+    dense_ep = torch.export.export(dense_model, (x,))
+    dense_mod, counts = kt.rewrite_dense(kt.from_exported_program(dense_ep, lstm_method="tir"))
+    assert counts.get("matmul") and counts.get("conv1d"), counts
+    ep, inputs, expected = _quad(5)
+    cases = {"native": (kt.from_exported_program(ep, lstm_method="native",
+                                                 run_ep_decomposition=False),
+                        inputs, [a for triple in expected for a in triple]),
+             "dense": (dense_mod, [x.numpy()], dense_want)}
+    for name, (mod, ins, want) in cases.items():
+        ex = tvm.compile(mod, target="llvm")
+        assert kt.uses_engine(ex)
+        ex.export_library(str(tmp_path / f"{name}.so"))
+        got = _run(relax.VirtualMachine(ex, tvm.cpu()), ins)
+        _check(got[:3], want[:3], name)
+        _save_case(tmp_path / f"{name}.npz", ins, got)
+        out = _subprocess(_RUN_ONE, str(tmp_path / f"{name}.so"), str(tmp_path / f"{name}.npz"))
+        assert out.strip() == "ok", name
+
+
 # ----------------------------------------------------------------------------------
 # API surface
 # ----------------------------------------------------------------------------------

@@ -8,6 +8,13 @@
 #      repaired wheel (and its dependencies, pytest)
 #   4. the core tests (test_numpy_api.py, test_reference.py) from the unpacked sdist,
 #      run from outside any source tree against the installed wheel
+#   5. torch (CPU, pinned by constraints.txt) and apache-tvm into the same venv, then
+#      `kokoro-lstm port-encoder --component duration --validate` (native LSTM and dense
+#      ops: the library links the engine and its BLAS, found at run time, not where the
+#      wheel was built); the exported library must need the venv's scipy-openblas32 and
+#      no system OpenBLAS (readelf/ldd: this machine may have libopenblas-dev, CI does)
+#   6. kokoro_lstm uninstalled, the exported library loaded and run by TVM's runtime
+#      alone, against PyTorch eager's outputs
 # Prints the build times and the sizes. PYTHON picks the interpreter (default python3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -87,6 +94,72 @@ PY
 "${NOCC_ENV[@]}" kokoro-lstm --version
 "${NOCC_ENV[@]}" pytest -q -p no:cacheprovider "$SD/tests/test_numpy_api.py" "$SD/tests/test_reference.py"
 stamp "core tests"
+
+echo "== port-encoder with the installed wheel (torch and apache-tvm added)"
+"${NOCC_ENV[@]}" python -m pip install -q --progress-bar off --only-binary :all: \
+  -c "$ROOT/constraints.txt" torch==2.13.0 apache-tvm
+stamp "install torch + apache-tvm"
+# The installed build config names the BLAS, never the build environment's path
+SITE=$("${NOCC_ENV[@]}" python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if grep -nE "/tmp/|pip-build-env|-L/" "$SITE/kokoro_lstm/_build_config.py"; then
+  echo "wheel-test: _build_config.py records a build-time path"; exit 1
+fi
+# TVM links an exported library with the system C++ compiler: PATH gets it back here
+PORT_ENV=(env -u PYTHONPATH -u VIRTUAL_ENV PATH="$W/venv/bin:$PATH" PYTHONNOUSERSITE=1)
+"${PORT_ENV[@]}" kokoro-lstm port-encoder --component duration --seq-len 8 --aligned-len 8 \
+  --no-weights --validate --output-dir "$W/port" | tee "$W/port.log"
+LIB="$W/port/duration_compiled.so"
+"${PORT_ENV[@]}" python - "$W/port/duration_report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["validation"]["passed"], r["validation"]
+assert r["runtime_needs"]["engine_linked"] and r["runtime_needs"]["blas"] == "scipy-openblas32", r["runtime_needs"]
+assert r["lstm_method"] == "native" and r["dense_method"] == "native", r
+PY
+readelf -d "$LIB" | grep -E "NEEDED|RUNPATH|RPATH" | tee "$W/artifact-dynamic.txt"
+grep -q "libscipy_openblas" "$W/artifact-dynamic.txt" || { echo "wheel-test: the artifact does not need libscipy_openblas"; exit 1; }
+if grep -qE "libopenblas|/tmp/" "$W/artifact-dynamic.txt"; then
+  echo "wheel-test: the artifact needs the system OpenBLAS or a build-time path"; exit 1
+fi
+ldd "$LIB" | tee "$W/artifact-ldd.txt" | grep -E "openblas"
+# (NEEDED by name with an rpath, or by the installed file's path: see kokoro_lstm/tvm/_link.py)
+grep -qE "(=> |^\s*)$SITE/scipy_openblas32/lib/libscipy_openblas\.so" "$W/artifact-ldd.txt" \
+  || { echo "wheel-test: libscipy_openblas does not resolve into the fresh venv"; exit 1; }
+if grep -q "libopenblas" "$W/artifact-ldd.txt"; then echo "wheel-test: system OpenBLAS loaded"; exit 1; fi
+echo "system OpenBLAS on this machine: $( (ldconfig -p 2>/dev/null || true) | grep -c 'libopenblas\.so') entries (not used: checked above)"
+"${PORT_ENV[@]}" python - "$W/port/duration_expected.npz" <<'PY'
+import sys, numpy as np, torch
+from kokoro_lstm.cli import _components as C
+cfg = C.load_config(None)
+km, _ = C.kokoro_modules()
+inputs = C.example_inputs("duration", cfg, 8, 5, torch.Generator().manual_seed(7))
+model = C.build_component("duration", cfg, km, seed=0)  # the port's --seed 0 weights
+with torch.no_grad():
+    want = [t.numpy() for t in model(*inputs)]
+np.savez(sys.argv[1], **{f"in{k}": a.numpy() for k, a in enumerate(inputs)},
+         **{f"out{k}": a for k, a in enumerate(want)})
+PY
+stamp "port-encoder --validate"
+
+echo "== the exported library without kokoro_lstm (uninstalled): TVM's runtime only"
+"${PORT_ENV[@]}" python -m pip uninstall -q -y kokoro_lstm
+"${PORT_ENV[@]}" python - "$LIB" "$W/port/duration_expected.npz" <<'PY'
+import importlib.util, sys
+import numpy as np, tvm
+from tvm import relax
+assert importlib.util.find_spec("kokoro_lstm") is None, "kokoro_lstm is still installed"
+d = np.load(sys.argv[2])
+ins = [d[f"in{k}"] for k in range(sum(n.startswith("in") for n in d.files))]
+exp = [d[f"out{k}"] for k in range(sum(n.startswith("out") for n in d.files))]
+vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu())
+got = [r.numpy() for r in vm["duration_forward"](*[tvm.runtime.tensor(a) for a in ins])]
+assert len(got) == len(exp), (len(got), len(exp))
+for g, e in zip(got, exp):
+    err = float(np.abs(g.astype(np.float64) - e).max())
+    assert g.shape == e.shape and err <= 1e-4 * max(1.0, float(np.abs(e).max())), (g.shape, e.shape, err)
+print("artifact without kokoro_lstm: outputs match PyTorch eager", [g.shape for g in got])
+PY
+stamp "artifact without kokoro_lstm"
 
 echo "== sizes"
 ls -l "$SDIST" "$WHEEL" "$REPAIRED" | awk '{printf "  %8.1f KiB  %s\n", $5 / 1024, $NF}'

@@ -27,8 +27,10 @@ Methods (``lstm_method`` / ``method``):
     engine, a C function registered with tvm-ffi from C. The IR is one call,
     whatever T and the layer count. CPU targets only. Tensors reach the engine
     zero-copy; packed weights are cached across calls (see
-    :mod:`kokoro_lstm.tvm._native`). Save with :func:`export_library`: the library
-    then carries the engine and runs where TVM's runtime runs, without Python.
+    :mod:`kokoro_lstm.tvm._native`). The lowering attaches the engine to the module
+    (:func:`attach_engine`), so TVM's own ``ex.export_library`` (or
+    :func:`export_library`) links it: the library runs where TVM's runtime runs,
+    without Python.
 ``tir``
     One TIR PrimFunc per layer with a loop over time (the IR does not grow with T):
     the input projection is hoisted out of the time loop as one register-blocked
@@ -63,6 +65,7 @@ from ._native import cache_info, clear_cache
 __all__ = ["METHODS", "NATIVE_FUNC_NAME", "select_method", "convert_map",
            "from_exported_program", "decomposition_table", "register_native", "ir_size",
            "clear_cache", "cache_info", "export_library", "export_options", "uses_engine",
+           "attach_engine",
            "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls",
            "cpu_pipeline", "prepare"]
 
@@ -197,8 +200,43 @@ def from_exported_program(ep, *, lstm_method: str = "auto", target="llvm",
     cmap = convert_map(method, target,
                        _bound_names=_bound_placeholders(ep, keep_params_as_input))
     cmap.update(custom_convert_map or {})
-    return _upstream(ep, keep_params_as_input=keep_params_as_input, custom_convert_map=cmap,
-                     run_ep_decomposition=False, **kwargs)
+    mod = _upstream(ep, keep_params_as_input=keep_params_as_input, custom_convert_map=cmap,
+                    run_ep_decomposition=False, **kwargs)
+    return _maybe_attach(mod) if method == "native" else mod
+
+
+def _maybe_attach(mod):
+    """``attach_engine(mod)`` on Linux, ``mod`` as it is elsewhere; on Linux a failure
+    (no compiler, no BLAS) warns and leaves ``mod`` as it is too
+    (:func:`export_library` still links the engine, or says what is missing)."""
+    import sys
+    import warnings
+
+    if not sys.platform.startswith("linux"):  # no GNU ld: export_library links the engine
+        return mod
+    try:
+        return attach_engine(mod)
+    except Exception as e:  # noqa: BLE001 - a missing linker or BLAS: not fatal here
+        warnings.warn(f"kokoro_lstm: the engine is not attached to the module, so a plain "
+                      f"export_library will lack it (use kokoro_lstm.tvm.export_library): {e}",
+                      RuntimeWarning, stacklevel=3)
+        return mod
+
+
+def attach_engine(mod):
+    """``mod`` (a Relax IRModule) carrying the kokoro_lstm engine: ``tvm.compile``
+    imports it into the program as a static-library module, so that TVM's own
+    ``ex.export_library(path)`` links the engine (and its OpenBLAS) into the library,
+    which then runs where kokoro_lstm is not installed. :func:`from_exported_program`
+    (``native``) and :func:`rewrite_dense` call it; call it yourself on modules you
+    lower with upstream's importer and :func:`convert_map`. Linux (GNU ld) only.
+
+    Creating a VM from such a program in-process (``relax.VirtualMachine(ex, dev)``)
+    links it first (TVM's ``Executable.jit``): that needs the C compiler that
+    ``export_library`` needs."""
+    from ._link import attach_engine as _attach
+
+    return _attach(mod)
 
 
 def ir_size(mod) -> dict:
@@ -223,34 +261,34 @@ def export_options() -> dict:
     * ``addons``: ``kokoro_lstm/lib/kokoro_lstm_tvm.o``, the engine (core, kernels,
       tvm-ffi glue) as one relocatable object with hidden symbols; a constructor
       registers its functions when the library is loaded;
-    * ``options``: the BLAS it was built with (``-lopenblas`` for the system
-      OpenBLAS; the scipy-openblas32 library's directory otherwise, with an rpath),
-      ``-lpthread -lm``, and an ``$ORIGIN`` rpath so that a BLAS library copied next
-      to the artifact is found.
+    * ``options``: the OpenBLAS it was built against, as installed now (the
+      ``scipy_openblas32`` package's library directory, with an rpath to it; or the
+      system OpenBLAS through pkg-config / ``ldconfig -p``; see :mod:`._link`; a
+      one-line :class:`~kokoro_lstm.tvm._link.BlasNotFound` names what to install
+      when it is missing), ``-lpthread -lm``, and an ``$ORIGIN`` rpath so that a BLAS
+      library copied next to the artifact is found.
     """
-    import os
     import sys
 
-    from .. import _build_config
+    from ._link import blas_link_flags, engine_object
 
-    obj = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib",
-                       "kokoro_lstm_tvm.o")
-    if not os.path.exists(obj):
-        raise RuntimeError(f"kokoro_lstm: the engine object {obj} is missing; rebuild the "
-                           "package (pip install . or python setup.py build_ext --inplace)")
+    obj = engine_object()
     # TVM puts options before the objects, so with --as-needed (a distribution default)
     # the linker would drop the libraries the engine object needs: keep them.
     keep = ["-Wl,--no-as-needed"] if sys.platform.startswith("linux") else []
     return {"addons": [obj],
-            "options": keep + list(_build_config.BLAS_LINK) + ["-lpthread", "-ldl", "-lm",
-                                                               "-Wl,-rpath,$ORIGIN"]}
+            "options": keep + blas_link_flags() + ["-lpthread", "-ldl", "-lm",
+                                                   "-Wl,-rpath,$ORIGIN"]}
 
 
 def export_library(ex, path, **kwargs):
     """``ex.export_library(path, **kwargs)``, linking the engine into the library when
-    the module calls it (see :func:`export_options`). The result needs only TVM's
+    the module calls it (see :func:`export_options`) and does not carry it already
+    (:func:`attach_engine`: then this is plain ``ex.export_library``). The result needs only TVM's
     runtime (``libtvm_runtime`` + ``libtvm_ffi``) and OpenBLAS where it runs."""
-    if uses_engine(ex):
+    from ._link import carries_engine
+
+    if uses_engine(ex) and not carries_engine(getattr(ex, "mod", ex)):
         opts = export_options()
         kwargs["addons"] = list(kwargs.get("addons") or []) + opts["addons"]
         extra = kwargs.get("options") or []

@@ -823,6 +823,10 @@ def rewrite_dense(mod, num_threads=0):
     for k in ("bias_fused", "gelu_fused", "panels_packed", "lstm_threads"):
         if rw.counts.get(k):
             counts[k] = rw.counts[k]
+    if counts:  # the externs are the engine's: carry it (plain export_library links it)
+        from . import _maybe_attach
+
+        out = _maybe_attach(out)
     return out, counts
 
 

@@ -19,13 +19,14 @@ sqrt (TVM lowers power to one scalar libm ``powf`` per element: bert's GELU) and
 applies TVM's ``FastMathTransform`` (softmax, exp, tanh, erf as vectorizable
 polynomials; max error against PyTorch stays ~2e-6 on bert at 512 tokens).
 
-Anything a rule cannot schedule is left as TVM's default made it. ``parallel=False``
+Anything a rule cannot schedule (declines, or fails on with ``ScheduleError``:
+:class:`Guarded`) is left as TVM's default made it. ``parallel=False``
 (``--num-threads 1``) keeps every loop on the calling thread, so TVM's thread pool
 is never started.
 """
 from __future__ import annotations
 
-__all__ = ["cpu_pipeline", "Injective", "simplify_power", "prepare"]
+__all__ = ["cpu_pipeline", "Injective", "Guarded", "simplify_power", "prepare"]
 
 #: fewer output elements than this: no parallel loop (a pool wake-up costs more)
 PARALLEL_MIN = 16384
@@ -93,9 +94,34 @@ def _injective_rule():
     return Injective
 
 
+def _guarded_rule():
+    from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
+    from tvm.s_tir.schedule import ScheduleError
+
+    class Guarded(CPUScheduleRule):
+        """``rule``, except that a function it cannot schedule (it raises
+        ``ScheduleError``) is left to the next rule, else as TVM's default made it.
+        dlight's rules schedule a copy of the function, so a failed attempt changes
+        nothing. dlight's CPU ``Reduction`` fails so on an unrolled TOPI LSTM step: a
+        reduction fused with elementwise blocks that are all outputs (c_t and h_t)."""
+
+        def __init__(self, rule):
+            self.rule = rule
+
+        def apply(self, func, target, tunable):
+            try:
+                return self.rule.apply(func, target, tunable)
+            except ScheduleError:
+                return None
+
+    return Guarded
+
+
 def __getattr__(name):
     if name == "Injective":
         return _injective_rule()
+    if name == "Guarded":
+        return _guarded_rule()
     raise AttributeError(name)
 
 
@@ -107,8 +133,8 @@ def cpu_pipeline(target, parallel=True):
     from tvm.s_tir import dlight as dl
 
     target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
-    Injective = _injective_rule()
-    rules = [Injective(parallel)] + ([dl.cpu.Reduction()] if parallel else [])
+    Injective, Guarded = _injective_rule(), _guarded_rule()
+    rules = [Guarded(Injective(parallel))] + ([Guarded(dl.cpu.Reduction())] if parallel else [])
 
     @tvm.transform.module_pass(opt_level=0, name="KokoroLstmCPUPipeline")
     def _pipeline(mod, _ctx):
