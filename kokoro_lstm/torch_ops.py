@@ -203,8 +203,16 @@ def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
     return T, B, I, H, D
 
 
+def _arg_names(bidirectional, packed):
+    return (("input",) + (("lengths",) if packed else ()) + ("h0", "c0")
+            + _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ()))
+
+
 def _make_fake(op_name, bidirectional, packed):
+    arg_names = _arg_names(bidirectional, packed)
+
     def fake(*args):
+        _check_devices(op_name, arg_names, args, real=False)
         x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
         T, B, I, H, D = _validate(op_name, x, lengths, h0, c0, w, bidirectional)
         if _batch_major(x):
@@ -244,6 +252,28 @@ def get_num_threads() -> int:
     return kokoro_lstm.get_num_threads()
 
 
+#: Device types the ops' real implementations run on; everything else fails in
+#: _check_devices before any memory is read (a CUDA implementation adds "cuda" here).
+_DEVICE_TYPES = ("cpu",)
+
+
+def _check_devices(op_name, names, args, real=True):
+    """Every tensor argument must be on the input's device, and (``real``: the
+    implementation that computes) that device one the ops run on. RuntimeError naming
+    the argument. Both implementations check: a call mixing meta and CPU tensors
+    dispatches to the fake one, whose CPU outputs would otherwise be returned as
+    results, uninitialized."""
+    x = args[0]
+    p = f"kokoro::{op_name}: "
+    for name, t in zip(names, args):
+        if isinstance(t, Tensor) and t.device != x.device:
+            raise RuntimeError(p + f"{name} is on {t.device}, input on {x.device}: every "
+                                   "tensor argument must be on the input's device")
+    if real and x.device.type not in _DEVICE_TYPES:
+        raise RuntimeError(p + f"input is on {x.device}; the ops run on "
+                               f"{', '.join(_DEVICE_TYPES)} tensors")
+
+
 def _check_no_grad(op_name, names, tensors):
     if not torch.is_grad_enabled():
         return
@@ -256,11 +286,11 @@ def _check_no_grad(op_name, names, tensors):
 
 
 def _make_cpu(op_name, bidirectional, packed):
-    arg_names = (("input",) + (("lengths",) if packed else ()) + ("h0", "c0")
-                 + _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ()))
+    arg_names = _arg_names(bidirectional, packed)
     D = 2 if bidirectional else 1
 
     def cpu(*args):
+        _check_devices(op_name, arg_names, args)
         _check_no_grad(op_name, arg_names, args)
         x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
         if x.dim() != 3 or w[0] is None or w[0].dim() != 2:
@@ -328,6 +358,9 @@ _GATED_SCHEMA = (
     "Tensor? bias_ih_l0_reverse=None, Tensor? bias_hh_l0_reverse=None) -> " + _RET)
 
 
+_GATED_ARG_NAMES = ("input", "lengths", "gate_bias", "x_gates") + _WEIGHT_NAMES + _WEIGHT_NAMES_REV
+
+
 def _gated_shapes(x, w):
     p = "kokoro::lstm_forward_gated: "
     _check(x.dim() == 3, lambda: p + f"input must be 3-D [T, B, F], got {tuple(x.shape)}")
@@ -338,11 +371,14 @@ def _gated_shapes(x, w):
 
 
 def _gated_fake(x, lengths, gate_bias, x_gates, *w):
+    _check_devices("lstm_forward_gated", _GATED_ARG_NAMES, (x, lengths, gate_bias, x_gates, *w),
+                   real=False)
     T, B, H, D = _gated_shapes(x, w)
     return x.new_empty((T, B, D * H)), x.new_empty((D, B, H)), x.new_empty((D, B, H))
 
 
 def _gated_cpu(x, lengths, gate_bias, x_gates, *w):
+    _check_devices("lstm_forward_gated", _GATED_ARG_NAMES, (x, lengths, gate_bias, x_gates, *w))
     _check_no_grad("lstm_forward_gated", ("input", "gate_bias"), (x, gate_bias))
     T, B, H, D = _gated_shapes(x, w)
     x = x.contiguous()

@@ -176,6 +176,40 @@ def test_fake_impl_shapes_and_errors():
                                torch.zeros(4 * H, I), torch.zeros(4 * H, H), None, None)
 
 
+def test_arguments_on_another_device_are_refused():
+    """Issue 28: lengths or gate_bias on meta with the rest on CPU dispatched to the fake
+    implementation and came back as CPU tensors of uninitialized memory. Every tensor
+    argument must be on the input's device; the error names the argument."""
+    T, B, I, H = 5, 3, 4, 6
+    x, h0, c0 = torch.randn(T, B, I), torch.zeros(1, B, H), torch.zeros(1, B, H)
+    w = [torch.randn(4 * H, I), torch.randn(4 * H, H), torch.randn(4 * H), torch.randn(4 * H)]
+    ln = torch.tensor([5, 2, 3])
+    gb = torch.zeros(1, B, 4 * H)
+
+    def refused(match, op, *args):
+        with torch.no_grad(), pytest.raises(RuntimeError, match=match):
+            op(*args)
+
+    refused("lengths is on meta, input on cpu", ko.lstm_forward_packed,
+            x, ln.to("meta"), h0, c0, *w)
+    refused("lengths is on cpu, input on meta", ko.lstm_forward_packed,
+            x.to("meta"), ln, h0.to("meta"), c0.to("meta"), *[t.to("meta") for t in w])
+    refused("gate_bias is on meta, input on cpu", ko.lstm_forward_gated,
+            x, None, gb.to("meta"), False, *w)
+    refused("lengths is on meta, input on cpu", ko.lstm_forward_gated,
+            x, ln.to("meta"), gb, False, *w)
+    refused("bias_hh_l0 is on meta, input on cpu", ko.lstm_forward_gated,
+            x, ln, gb, False, *w[:3], w[3].to("meta"))
+    # all on one device: the CPU results, and the fake's shapes on meta
+    with torch.no_grad():
+        out, _, _ = ko.lstm_forward_gated(x, ln, gb, False, *w)
+        want, _, _ = ko.lstm_forward_packed(x, ln, h0, c0, *w)
+        assert max_err(out, want) <= TOL
+        out, _, _ = ko.lstm_forward_gated(x.to("meta"), ln.to("meta"), gb.to("meta"), False,
+                                          *[t.to("meta") for t in w])
+        assert out.device.type == "meta" and out.shape == (T, B, H)
+
+
 def test_opcheck():
     """torch.library.opcheck: schema, fake vs real (shapes and strides), aot dispatch."""
     T, B, I, H = 5, 3, 4, 6
