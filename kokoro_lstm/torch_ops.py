@@ -465,7 +465,11 @@ def _export_pack_padded_sequence(input, lengths, batch_first=False, enforce_sort
     """pack_padded_sequence under exportable_packing(): keeps padded tensor + lengths.
 
     enforce_sorted is not checked (the packed ops handle any order, and checking it
-    would be data-dependent); lengths must be in 1..T as for PyTorch."""
+    would be data-dependent); lengths must be in 1..T as for PyTorch. A thread not
+    inside exportable_packing() gets the real function."""
+    if not _packing_here():
+        return _orig_pack_padded_sequence(input, lengths, batch_first=batch_first,
+                                          enforce_sorted=enforce_sorted)
     if isinstance(lengths, Tensor):
         lengths = lengths.to(dtype=torch.int64)
     else:
@@ -527,6 +531,15 @@ def _is_tracing():
 _packing_lock = threading.RLock()
 _packing_depth = 0
 _packing_restore: list = []
+# A module global is one object for every thread, so the globals stay patched while
+# any thread is inside exportable_packing(); the stand-in pack_padded_sequence looks
+# at this thread's own depth and gives every other thread the real function.
+_packing_local = threading.local()
+
+
+def _packing_here() -> bool:
+    """True when the calling thread is inside exportable_packing()."""
+    return getattr(_packing_local, "depth", 0) > 0
 
 
 # module name -> (weakref to the module, names of its globals that held a real
@@ -604,7 +617,9 @@ def exportable_packing():
     pass total_length behave exactly as in eager PyTorch. ``enforce_sorted`` is not
     checked (any order gives correct results).
 
-    The original functions are restored on exit. Works in eager mode too.
+    The original functions are restored on exit. Works in eager mode too. Only the
+    thread that entered the context gets the stand-in: other threads meanwhile run
+    ``pack_padded_sequence`` as usual.
     """
     global _packing_depth, _packing_restore
     with _packing_lock:
@@ -612,9 +627,11 @@ def exportable_packing():
             _prime_dynamo()
             _packing_restore = _patch_names()
         _packing_depth += 1
+    _packing_local.depth = getattr(_packing_local, "depth", 0) + 1
     try:
         yield
     finally:
+        _packing_local.depth -= 1
         with _packing_lock:
             _packing_depth -= 1
             if _packing_depth == 0:

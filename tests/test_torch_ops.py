@@ -602,6 +602,48 @@ def test_exportable_packing_semantics():
         del sys.modules[mod.__name__]
 
 
+def test_exportable_packing_is_confined_to_its_thread():
+    """Issue 28: while one thread was inside exportable_packing(), a plain nn.LSTM fed
+    by pack_padded_sequence in another thread got the export stand-in and failed. Only
+    the thread inside the context gets the stand-in; others meanwhile get PyTorch's."""
+    import threading
+
+    m, p = make_pair(4, 5)
+    x, ln = torch.randn(6, 2, 4), torch.tensor([6, 3])
+    with torch.no_grad():
+        want, _ = pad_packed_sequence(m(pack_padded_sequence(x, ln))[0])
+    inside, leave = threading.Event(), threading.Event()
+    seen = {}
+
+    def exporting():
+        try:
+            with ko.exportable_packing():
+                seen["exporter"] = type(nn.utils.rnn.pack_padded_sequence(x, ln))
+                inside.set()
+                leave.wait(60)
+                seen["exporter_after"] = type(nn.utils.rnn.pack_padded_sequence(x, ln))
+        finally:
+            inside.set()
+
+    t = threading.Thread(target=exporting)
+    t.start()
+    try:
+        assert inside.wait(60)
+        assert nn.utils.rnn.pack_padded_sequence is ko._export_pack_padded_sequence
+        with torch.no_grad():
+            packed = nn.utils.rnn.pack_padded_sequence(x, ln)
+            assert isinstance(packed, nn.utils.rnn.PackedSequence)
+            for lstm in (m, p):  # plain and patched
+                got, _ = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0])
+                assert max_err(got, want) <= TOL
+    finally:
+        leave.set()
+        t.join()
+    assert seen == {"exporter": ko.ExportPackedSequence,
+                    "exporter_after": ko.ExportPackedSequence}
+    assert nn.utils.rnn.pack_padded_sequence is pack_padded_sequence  # restored
+
+
 # --------------------------------------------------------------------------------------
 # the real Kokoro modules (pip package `kokoro`; Kokoro-82M's config, random init)
 # --------------------------------------------------------------------------------------
