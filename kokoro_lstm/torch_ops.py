@@ -653,12 +653,15 @@ class KokoroLSTM(nn.LSTM):
     state requires grad), it runs PyTorch's own LSTM instead, so training and
     ``backward()`` work as with nn.LSTM; under ``torch.no_grad()`` /
     ``inference_mode()`` (or ``requires_grad_(False)``) it runs the kokoro engine.
+    It also runs PyTorch's LSTM when the parameters, input and states are not all
+    float32 or all float64 (float16 and bfloat16 modules: the ops have no
+    half-precision inputs), so a patched module runs wherever the unpatched one does.
     """
 
     def forward(self, input, hx=None):  # noqa: A002 - nn.LSTM's signature
         if self.proj_size > 0:
             raise NotImplementedError("kokoro ops do not support proj_size > 0")
-        if _needs_autograd(self, input, hx):
+        if _needs_autograd(self, input, hx) or not _ops_take_dtypes(self, input, hx):
             return self._autograd_forward(input, hx)
         if isinstance(input, ExportPackedSequence):
             x = input.padded.transpose(0, 1) if input.batch_first else input.padded
@@ -704,7 +707,8 @@ class KokoroLSTM(nn.LSTM):
         return out, (h_n, c_n)
 
     def _autograd_forward(self, input, hx):
-        """PyTorch's own LSTM (same results, gradients), for when autograd records."""
+        """PyTorch's own LSTM (same results, gradients), for when autograd records or
+        the ops do not take the dtypes (half precision)."""
         if not isinstance(input, ExportPackedSequence):
             return nn.LSTM.forward(self, input, hx)
         packed = _orig_pack_padded_sequence(input.padded, input.lengths.cpu(),
@@ -757,6 +761,16 @@ def _needs_autograd(module, input, hx) -> bool:
         tensors += list(hx)
     return (any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
             or any(p.requires_grad for p in module.parameters(recurse=False)))
+
+
+def _ops_take_dtypes(module, input, hx) -> bool:
+    """True when the parameters, the input and the states are all float32 or all
+    float64, the only inputs the ops take; anything else (half precision, mixed
+    dtypes) runs PyTorch's LSTM, which gives the unpatched module's result or error."""
+    x = getattr(input, "data" if isinstance(input, PackedSequence) else "padded", input)
+    dtypes = {t.dtype for t in [x, *(hx or ())] if isinstance(t, Tensor)}
+    dtypes.update(p.dtype for p in module.parameters(recurse=False))
+    return len(dtypes) == 1 and dtypes <= {torch.float32, torch.float64}
 
 
 _patched_classes = {nn.LSTM: KokoroLSTM}

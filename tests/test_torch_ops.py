@@ -345,6 +345,38 @@ def test_float64():
     assert max(max_err(o1, o2), max_err(h1, h2), max_err(c1, c2)) <= 1e-12
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_module_runs_like_unpatched(dtype):
+    """Issue 28: a patched float16 / bfloat16 LSTM raised under no_grad ("input must be
+    float32 or float64", "unsupported ScalarType BFloat16") where the unpatched module
+    runs. The ops take float32/float64 only, so it runs PyTorch's LSTM: the same bits."""
+    ref = nn.ModuleList([nn.LSTM(6, 4), nn.LSTM(6, 4, 2, batch_first=True, bidirectional=True)])
+    ref = ref.to(dtype).eval()
+    pat = nn.ModuleList([nn.LSTM(6, 4), nn.LSTM(6, 4, 2, batch_first=True, bidirectional=True)])
+    pat = pat.to(dtype).eval()
+    pat.load_state_dict(ref.state_dict())
+    ko.patch_lstm_modules(pat)
+    assert all(isinstance(m, ko.KokoroLSTM) for m in pat)
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 6).to(dtype)
+    ln = torch.tensor([5, 2, 4])
+    with torch.no_grad():
+        for r, p in zip(ref, pat):
+            for args in ((x,), (x[:, 0],), (pack_padded_sequence(x, ln, enforce_sorted=False),)):
+                (o1, (h1, c1)), (o2, (h2, c2)) = r(*args), p(*args)
+                o1 = getattr(o1, "data", o1)
+                o2 = getattr(o2, "data", o2)
+                assert o2.dtype == dtype
+                assert torch.equal(o1, o2) and torch.equal(h1, h2) and torch.equal(c1, c2)
+            # and under exportable_packing, pack -> LSTM -> pad
+            with ko.exportable_packing():
+                y, _ = pad_packed_sequence(p(pack_padded_sequence(x, ln, enforce_sorted=False))[0],
+                                           total_length=5)
+            want, _ = pad_packed_sequence(r(pack_padded_sequence(x, ln, enforce_sorted=False))[0],
+                                          total_length=5)
+            assert torch.equal(y, want)
+
+
 def test_batch_major_input_read_in_place():
     """batch_first input: the op sees x.transpose(0, 1) and returns the same layout,
     so the module's output is a plain contiguous [B, T, 2H] tensor."""
