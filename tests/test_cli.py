@@ -626,6 +626,51 @@ def test_validation_failure_exits_1(tmp_path, capsys):
     assert "validation FAILED" in captured.err and "FAIL" in captured.out
 
 
+def test_compare_counts_nan_mismatches():
+    """Issue 28: max(0.0, nan) == 0.0 let an all-NaN side validate with error 0. NaN on
+    one side only is counted; NaN on both sides and equal infinities agree."""
+    from kokoro_lstm.cli.port_encoder import _compare
+
+    nan, inf = float("nan"), float("inf")
+    want = np.array([[1.0, 2.0, nan, inf], [-3.0, 4.0, 5.0, -inf]])
+    assert _compare(want, want) == (0.0, 0.0, 0)
+    got = want.copy()
+    got[0, 0], got[1, 2] = nan, 5.5  # one NaN where want is finite, one plain error
+    assert _compare(got, want) == (0.5, 0.5 / 5.0, 1)
+    assert _compare(want, got) == (0.5, 0.5 / 5.5, 1)
+    got = np.full_like(want, nan)
+    a, r, n = _compare(got, want)
+    assert n == 7 and (a, r) == (0.0, 0.0)
+    assert _compare(np.zeros(2, np.float32), np.full(2, nan))[2] == 2
+    assert _compare(np.array([inf]), np.array([1.0]))[0] == inf
+    assert _compare(np.zeros(3), np.zeros(4)) == (inf, inf, 0)
+
+
+@pytest.mark.parametrize("side", ["torch", "compiled"])
+def test_validation_nan_on_one_side_fails(side, tmp_path, capsys, monkeypatch):
+    """Issue 28: PyTorch's output all NaN and the artifact's finite (or the reverse)
+    reported max_abs_err 0.0, passed, exit 0. Now it fails (exit 1) and the report
+    counts the mismatched positions."""
+    import kokoro_lstm.cli.port_encoder as pe
+
+    def all_nan(arrays):
+        return [np.full_like(a, np.nan) for a in arrays]
+
+    if side == "torch":
+        eager = pe._Component.eager
+        monkeypatch.setattr(pe._Component, "eager", lambda self, args: all_nan(eager(self, args)))
+    else:
+        as_list = pe._as_list
+        monkeypatch.setattr(pe, "_as_list", lambda res: all_nan(as_list(res)))
+    assert _port(tmp_path, "text_encoder", "native") == 1
+    v = _report(tmp_path, "text_encoder")["validation"]
+    n = 2 * 512 * T  # both input sets, every position of t_en [1, 512, T]
+    assert not v["passed"] and v["nan_mismatch"] == n
+    assert v["outputs"]["t_en"]["nan_mismatch"] == n
+    captured = capsys.readouterr()
+    assert f"NaN on one side only at {n} positions" in captured.err and "FAIL" in captured.out
+
+
 # --------------------------------------------------------------------------------------
 # bert and the demo (the biggest)
 # --------------------------------------------------------------------------------------

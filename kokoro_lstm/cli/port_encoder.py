@@ -27,8 +27,8 @@ at token rate (both exact algebra); ``--no-algebra-cuts`` exports Kokoro's graph
 is. The report's ``algebra_cuts`` (and the table's ``cuts`` column) say which
 cuts were applied, and why the others were not.
 
-Exit status: 0 success, 1 validation above tolerance (or a failed step), 2 bad
-flags, paths or files (one line on stderr).
+Exit status: 0 success, 1 validation above tolerance or with NaN on one side only (or
+a failed step), 2 bad flags, paths or files (one line on stderr).
 """
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "native LSTM method and packed semantics only)")
     p.add_argument("--validate", action="store_true",
                    help="run the compiled module against PyTorch eager on random inputs; "
-                        "exit 1 above --tolerance")
+                        "exit 1 above --tolerance or where one side is NaN and the other not")
     p.add_argument("--no-weights", action="store_true",
                    help="random weights (no checkpoint)")
     p.add_argument("--output-dir", default="tvm_output", help="output directory")
@@ -363,16 +363,27 @@ def _time_ms(fn, min_runs=3, max_runs=30, budget_s=0.5, warm_s=None):
     return round(times[len(times) // 2], 4)
 
 
-def _err(got, want):
+def _compare(got, want):
+    """(max abs error, scaled error, NaN mismatches) of an output against PyTorch's.
+
+    NaN-aware: a position where one side is NaN and the other is not is a mismatch,
+    counted (and failing validation) rather than dropped by max(); NaN on both sides,
+    and equal infinities, agree. The errors are over the other positions, scaled by
+    max(1, max|want|) over want's finite values. Different shapes: (inf, inf, 0)."""
     import numpy as np
 
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
-        return float("inf"), float("inf")
-    if not want.size:
-        return 0.0, 0.0
-    e = float(np.abs(got - want).max())
-    return e, e / max(1.0, float(np.abs(want).max()))
+        return float("inf"), float("inf"), 0
+    g_nan, w_nan = np.isnan(got), np.isnan(want)
+    nan_mismatch = int(np.count_nonzero(g_nan != w_nan))
+    with np.errstate(invalid="ignore"):
+        diff = np.where((got == want) | g_nan | w_nan, 0.0, np.abs(got - want))
+    if not diff.size:
+        return 0.0, 0.0, nan_mismatch
+    e = float(diff.max())
+    finite = np.abs(want[np.isfinite(want)])
+    return e, e / max(1.0, float(finite.max()) if finite.size else 1.0), nan_mismatch
 
 
 def _spec(names, arrays):
@@ -580,15 +591,19 @@ def _port_method(comp, method, out_dir, opts, progress):
         tol = opts["tolerance"]
         per_output = {}
         worst = 0.0
+        nan_total = 0
         for k, oname in enumerate(comp.output_names):
             abs_e = rel_e = 0.0
+            nans = 0
             for got, want in zip(outputs, ref):
-                a, r = _err(got[k], want[k])
-                abs_e, rel_e = max(abs_e, a), max(rel_e, r)
-            per_output[oname] = {"max_abs_err": abs_e, "scaled_err": rel_e}
+                a, r, n = _compare(got[k], want[k])
+                abs_e, rel_e, nans = max(abs_e, a), max(rel_e, r), nans + n
+            per_output[oname] = {"max_abs_err": abs_e, "scaled_err": rel_e, "nan_mismatch": nans}
             worst = max(worst, rel_e)
+            nan_total += nans
             progress.note(tag, f"validate {oname} {list(outputs[0][k].shape)}: max abs err "
-                               f"{abs_e:.3g}" + ("" if rel_e == abs_e else f" (scaled {rel_e:.3g})"))
+                               f"{abs_e:.3g}" + ("" if rel_e == abs_e else f" (scaled {rel_e:.3g})")
+                               + (f", NaN on one side only at {nans} positions" if nans else ""))
         pad_err = None
         if unpadded is not None:
             L = comp.lengths[1]
@@ -597,13 +612,14 @@ def _port_method(comp, method, out_dir, opts, progress):
                 g = comp.C.valid_region(name, k, outputs[1][k], L)
                 w = comp.C.valid_region(name, k, unpadded[k], L)
                 if g is not None:
-                    errs.append(_err(g, w)[0])
+                    a, _, n = _compare(g, w)
+                    errs.append(float("inf") if n else a)
             pad_err = max(errs) if errs else None
-        passed = bool(worst <= tol and np.isfinite(worst))
+        passed = bool(worst <= tol and np.isfinite(worst) and nan_total == 0)
         report["validation"] = {
             "reference": "PyTorch eager, unpatched nn.LSTM, same semantics",
             "lengths": comp.lengths, "tolerance": tol, "outputs": per_output,
-            "max_err": worst, "passed": passed,
+            "max_err": worst, "nan_mismatch": nan_total, "passed": passed,
             "padding_error": pad_err,
             "padding_error_note": (
                 f"max|compiled(T={comp.T}, length={comp.lengths[1]}) - eager(unpadded, "
@@ -611,7 +627,10 @@ def _port_method(comp, method, out_dir, opts, progress):
                 "not applicable (f0n's AdaIN norms see every frame; bert/text/duration only)"
                 if len(comp.lengths) > 1 else "T == 1"),
         }
-        if not passed:
+        if nan_total:
+            progress.note(tag, f"validation FAILED: NaN on one side only at {nan_total} "
+                               "positions")
+        elif not passed:
             progress.note(tag, f"validation FAILED: max err {worst:.3g} > tolerance {tol:g}")
     report["times_s"] = dict(comp.times, **times)
     with open(files["report"], "w", encoding="utf-8") as f:
