@@ -534,6 +534,18 @@ BAD = [
     (["port-encoder", "--component", "f0n", "--checkpoint", __file__],
      "cannot read checkpoint"),
     (["nosuch"], "invalid choice"),
+    # sizes and counts are bounded before anything is allocated (issue 28: these ran
+    # until the OOM killer)
+    (["port-encoder", "--component", "duration", "--no-weights", "--seq-len", "1000000000"],
+     "--seq-len must be in 1..512"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--f0n-input", "d",
+      "--seq-len", "513"], "--seq-len must be in 1..512"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--aligned-len", "1000000000"],
+     "--aligned-len must be in 1..25600"),
+    (["port-encoder", "--component", "duration", "--no-weights", "--num-threads", "1000000000"],
+     "--num-threads must be at most 512"),
+    (["demo", "--seq-len", "1000000000"], "--seq-len must be in 1..512"),
+    (["demo", "--num-threads", "513"], "--num-threads must be at most 512"),
 ]
 
 

@@ -71,13 +71,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="component to compile (all: bert, duration, f0n, text_encoder)")
     p.add_argument("--seq-len", type=int, default=512,
                    help="static text length T (tokens) of duration and text_encoder (and of "
-                        "f0n's d with --f0n-input d)")
+                        "f0n's d with --f0n-input d); at most plbert.max_position_embeddings "
+                        "(512)")
     p.add_argument("--bert-seq-len", type=int, default=None, metavar="N",
                    help="static length of bert (default: 512, bert's max_position_embeddings, "
                         "whatever --seq-len says -- kokoro-tvm's behaviour, whose validation "
                         "feeds (1, 512))")
     p.add_argument("--aligned-len", type=int, default=512,
-                   help="static aligned (frame) length F of f0n")
+                   help="static aligned (frame) length F of f0n; at most "
+                        "max_position_embeddings x max_dur (25600)")
     p.add_argument("--target", default="llvm",
                    help='TVM target: llvm or an llvm variant such as "llvm -mcpu=znver4" '
                         "(metal-macos / metal-ios need macOS with Metal)")
@@ -116,7 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="PATH",
                    help="Kokoro config.json (default: Kokoro-82M's, built in)")
     p.add_argument("--num-threads", type=int, metavar="N",
-                   help="threads for TVM, the kokoro_lstm engine and PyTorch")
+                   help="threads for TVM, the kokoro_lstm engine and PyTorch (at most 512)")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOL,
                    help=f"--validate's bound on max|tvm - torch| / max(1, max|torch|) "
                         f"(default {DEFAULT_TOL:g})")
@@ -202,6 +204,22 @@ def _check_target(target):
     return spec, canonical
 
 
+def check_num_threads(n):
+    """--num-threads: None or 1..the engine's pool size (512); UsageError otherwise.
+    The count also sizes TVM's and PyTorch's pools, which would try to start that many
+    threads, so it is refused above the engine's own cap rather than capped."""
+    from .. import _threads as thread_rules
+
+    try:
+        thread_rules.check_count(n, "--num-threads")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if n is not None and n > thread_rules.POOL_MAX:
+        raise UsageError(f"--num-threads must be at most {thread_rules.POOL_MAX} (the "
+                         f"kokoro_lstm engine's most threads), got {n}")
+    return n
+
+
 def _check_args(args):
     if args.seq_len < 1:
         raise UsageError(f"--seq-len must be positive, got {args.seq_len}")
@@ -211,11 +229,7 @@ def _check_args(args):
         raise UsageError(f"--aligned-len must be positive, got {args.aligned_len}")
     from .. import _threads as thread_rules  # (_threads below is the context manager)
 
-    if args.num_threads is not None:
-        try:
-            thread_rules.check_count(args.num_threads, "--num-threads")
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+    check_num_threads(args.num_threads)
     for var in (thread_rules.ENV_NUM_THREADS, thread_rules.ENV_MAX_THREADS):
         try:
             thread_rules._env_count(var)
@@ -681,6 +695,7 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
     or "d" (``--f0n-input``).
     """
     progress = progress or _Progress(verbose)
+    check_num_threads(num_threads)
     _require_deps()
     with _threads(num_threads):
         return _port(components, methods, seq_len=seq_len, aligned_len=aligned_len,
@@ -770,6 +785,25 @@ def resolve_bert_seq_len(cfg, bert_seq_len=None) -> int:
     return bert_seq_len
 
 
+def check_lengths(cfg, components, seq_len, aligned_len, f0n_input="en"):
+    """UsageError unless the static lengths the components use are in bounds, checked
+    before anything is allocated: tokens (--seq-len: text_encoder, duration, f0n's d)
+    at most Kokoro's context, plbert.max_position_embeddings (512 for Kokoro-82M), and
+    frames (--aligned-len: f0n) at most that many tokens times max_dur, the most
+    frames a token gets at speed 1 (25600 for Kokoro-82M)."""
+    max_tokens = int(cfg["plbert"]["max_position_embeddings"])
+    max_frames = max_tokens * int(cfg["max_dur"])
+    uses_tokens = [c for c in components if c in ("text_encoder", "duration")
+                   or (c == "f0n" and f0n_input == "d")]
+    if uses_tokens and not 1 <= seq_len <= max_tokens:
+        raise UsageError(f"--seq-len must be in 1..{max_tokens} (Kokoro's context, "
+                         f"plbert.max_position_embeddings), got {seq_len}")
+    if "f0n" in components and not 1 <= aligned_len <= max_frames:
+        raise UsageError(f"--aligned-len must be in 1..{max_frames} (the context's "
+                         f"{max_tokens} tokens x max_dur {cfg['max_dur']} frames), "
+                         f"got {aligned_len}")
+
+
 def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
           checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
           progress, method_subdirs, bert_seq_len=None, dense_method="native",
@@ -795,10 +829,11 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
     except (ValueError, RuntimeError) as e:
         raise UsageError(str(e).splitlines()[0]) from None
     cfg = C.load_config(config)
-    bert_len = resolve_bert_seq_len(cfg, bert_seq_len)
     for name in components:
         if name not in COMPONENTS:
             raise UsageError(f"unknown component {name!r}")
+    check_lengths(cfg, components, seq_len, aligned_len, f0n_input)
+    bert_len = resolve_bert_seq_len(cfg, bert_seq_len)
     ckpt = None
     weights = "random (--no-weights)"
     if checkpoint is None and not no_weights:
