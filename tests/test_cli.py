@@ -572,6 +572,32 @@ def test_bad_config_exit_2(tmp_path, capsys):
     assert "'hidden_dim' must be a positive integer" in capsys.readouterr().err
 
 
+def _one_line_error(capsys, message):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("kokoro-lstm port-encoder: error: ") and message in last, err
+
+
+@pytest.mark.parametrize("where", ["entry", "state_dict"])
+def test_checkpoint_non_string_key_exit_2(where, tmp_path, capsys):
+    """Issue 28: an int key failed inside string operations ('int' object has no
+    attribute 'startswith'; sorted() of mixed keys): a traceback, exit 1."""
+    path = tmp_path / "bad.pth"
+    if where == "entry":
+        torch.save({"text_encoder": {}, 0: {}}, path)
+        message = "entry key 0 is not a string"
+    else:
+        torch.save({"text_encoder": {0: torch.zeros(1)}}, path)
+        message = "entry 'text_encoder' has the key 0, not a string"
+    assert _port(tmp_path, "text_encoder", "native", "--checkpoint", str(path)) == 2
+    _one_line_error(capsys, message)
+    # an absent entry beside a non-string key (sorted() of the keys in its message)
+    torch.save({1: {}, "predictor": {}}, path)
+    assert _port(tmp_path, "text_encoder", "native", "--checkpoint", str(path)) == 2
+    _one_line_error(capsys, "entry key 1 is not a string")
+
+
 def test_console_entry_points_exit_2():
     """`python -m kokoro_lstm.cli.port_encoder` and `python -m kokoro_lstm.cli`: one
     line on stderr, exit 2, no traceback."""

@@ -199,6 +199,16 @@ def load_checkpoint(path) -> dict:
         raise UsageError(f"checkpoint {path} is not a Kokoro .pth (a dict of per-component "
                          "state dicts: 'bert', 'bert_encoder', 'predictor', 'text_encoder', "
                          "'decoder')")
+    # Entry names and state-dict keys are strings in a Kokoro .pth; another key would
+    # fail later inside string operations, so it is refused here, named.
+    for entry, sd in ckpt.items():
+        if not isinstance(entry, str):
+            raise UsageError(f"checkpoint {path} is not a Kokoro .pth: entry key {entry!r:.60} "
+                             "is not a string (entries are named 'bert', 'predictor', ...)")
+        for k in sd:
+            if not isinstance(k, str):
+                raise UsageError(f"checkpoint {path}: entry '{entry}' has the key {k!r:.60}, "
+                                 "not a string (state dict keys are parameter names)")
     return ckpt
 
 
