@@ -579,6 +579,14 @@ def _one_line_error(capsys, message):
     assert last.startswith("kokoro-lstm port-encoder: error: ") and message in last, err
 
 
+def test_deeply_nested_config_exit_2(tmp_path, capsys):
+    """Issue 28: json's decoder recursed past Python's limit: RecursionError, exit 1."""
+    bad = tmp_path / "config.json"
+    bad.write_text('{"plbert": ' + "[" * 100000 + "]" * 100000 + "}")
+    assert _port(tmp_path, "text_encoder", "native", "--config", str(bad)) == 2
+    _one_line_error(capsys, "nested too deeply")
+
+
 @pytest.mark.parametrize("where", ["entry", "state_dict"])
 def test_checkpoint_non_string_key_exit_2(where, tmp_path, capsys):
     """Issue 28: an int key failed inside string operations ('int' object has no

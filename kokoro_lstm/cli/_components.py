@@ -127,6 +127,9 @@ def load_config(path=None) -> dict:
             user = json.load(f)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read config {path}: {e}") from None
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise UsageError(f"cannot read config {path}: nested too deeply (a Kokoro "
+                         "config.json is an object of numbers and one 'plbert' object)") from None
     if not isinstance(user, dict):
         raise UsageError(f"config {path} is not a JSON object")
     user_plbert = user.get("plbert")
