@@ -587,6 +587,16 @@ def test_deeply_nested_config_exit_2(tmp_path, capsys):
     _one_line_error(capsys, "nested too deeply")
 
 
+def test_even_text_encoder_kernel_size_exit_2(tmp_path, capsys):
+    """Issue 28: an even kernel shortens TextEncoder's output by one step; the mask no
+    longer broadcast (a traceback, exit 1). Refused with the config's other checks."""
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"text_encoder_kernel_size": 4}))
+    assert _port(tmp_path, "text_encoder", "native", "--config", str(bad)) == 2
+    _one_line_error(capsys, "'text_encoder_kernel_size' must be odd")
+    assert not list(tmp_path.glob("*.so"))
+
+
 @pytest.mark.parametrize("where", ["entry", "state_dict"])
 def test_checkpoint_non_string_key_exit_2(where, tmp_path, capsys):
     """Issue 28: an int key failed inside string operations ('int' object has no

@@ -171,6 +171,10 @@ def check_config(cfg, where="config"):
     if cfg["hidden_dim"] % 2:
         bad("hidden_dim", cfg["hidden_dim"], "even (the LSTMs have hidden_dim // 2 units "
             "per direction)")
+    if cfg["text_encoder_kernel_size"] % 2 == 0:
+        bad("text_encoder_kernel_size", cfg["text_encoder_kernel_size"], "odd (TextEncoder's "
+            "convolutions pad (kernel_size - 1) // 2 per side, which keeps the length only for "
+            "odd sizes)")
     d = cfg.get("dropout")
     if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
         bad("dropout", d, "a number in [0, 1)")
