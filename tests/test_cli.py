@@ -546,6 +546,9 @@ BAD = [
      "--num-threads must be at most 512"),
     (["demo", "--seq-len", "1000000000"], "--seq-len must be in 1..512"),
     (["demo", "--num-threads", "513"], "--num-threads must be at most 512"),
+    # issue 28: an overflow traceback (exit 1) before the bounds above
+    (["port-encoder", "--component", "text_encoder", "--no-weights", "--seq-len", str(2**63)],
+     "--seq-len must be in 1..512"),
 ]
 
 
