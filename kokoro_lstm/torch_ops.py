@@ -203,8 +203,16 @@ def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
     return T, B, I, H, D
 
 
+def _arg_names(bidirectional, packed):
+    return (("input",) + (("lengths",) if packed else ()) + ("h0", "c0")
+            + _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ()))
+
+
 def _make_fake(op_name, bidirectional, packed):
+    arg_names = _arg_names(bidirectional, packed)
+
     def fake(*args):
+        _check_devices(op_name, arg_names, args, real=False)
         x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
         T, B, I, H, D = _validate(op_name, x, lengths, h0, c0, w, bidirectional)
         if _batch_major(x):
@@ -256,6 +264,28 @@ def get_num_threads() -> int:
     return kokoro_lstm.get_num_threads()
 
 
+#: Device types the ops' real implementations run on; everything else fails in
+#: _check_devices before any memory is read (a CUDA implementation adds "cuda" here).
+_DEVICE_TYPES = ("cpu",)
+
+
+def _check_devices(op_name, names, args, real=True):
+    """Every tensor argument must be on the input's device, and (``real``: the
+    implementation that computes) that device one the ops run on. RuntimeError naming
+    the argument. Both implementations check: a call mixing meta and CPU tensors
+    dispatches to the fake one, whose CPU outputs would otherwise be returned as
+    results, uninitialized."""
+    x = args[0]
+    p = f"kokoro::{op_name}: "
+    for name, t in zip(names, args):
+        if isinstance(t, Tensor) and t.device != x.device:
+            raise RuntimeError(p + f"{name} is on {t.device}, input on {x.device}: every "
+                                   "tensor argument must be on the input's device")
+    if real and x.device.type not in _DEVICE_TYPES:
+        raise RuntimeError(p + f"input is on {x.device}; the ops run on "
+                               f"{', '.join(_DEVICE_TYPES)} tensors")
+
+
 def _check_no_grad(op_name, names, tensors):
     if not torch.is_grad_enabled():
         return
@@ -268,11 +298,11 @@ def _check_no_grad(op_name, names, tensors):
 
 
 def _make_cpu(op_name, bidirectional, packed):
-    arg_names = (("input",) + (("lengths",) if packed else ()) + ("h0", "c0")
-                 + _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if bidirectional else ()))
+    arg_names = _arg_names(bidirectional, packed)
     D = 2 if bidirectional else 1
 
     def cpu(*args):
+        _check_devices(op_name, arg_names, args)
         _check_no_grad(op_name, arg_names, args)
         x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
         if x.dim() != 3 or w[0] is None or w[0].dim() != 2:
@@ -342,6 +372,9 @@ _GATED_SCHEMA = (
     "Tensor? bias_ih_l0_reverse=None, Tensor? bias_hh_l0_reverse=None) -> " + _RET)
 
 
+_GATED_ARG_NAMES = ("input", "lengths", "gate_bias", "x_gates") + _WEIGHT_NAMES + _WEIGHT_NAMES_REV
+
+
 def _gated_shapes(x, w):
     p = "kokoro::lstm_forward_gated: "
     _check(x.dim() == 3, lambda: p + f"input must be 3-D [T, B, F], got {tuple(x.shape)}")
@@ -352,11 +385,14 @@ def _gated_shapes(x, w):
 
 
 def _gated_fake(x, lengths, gate_bias, x_gates, *w):
+    _check_devices("lstm_forward_gated", _GATED_ARG_NAMES, (x, lengths, gate_bias, x_gates, *w),
+                   real=False)
     T, B, H, D = _gated_shapes(x, w)
     return x.new_empty((T, B, D * H)), x.new_empty((D, B, H)), x.new_empty((D, B, H))
 
 
 def _gated_cpu(x, lengths, gate_bias, x_gates, *w):
+    _check_devices("lstm_forward_gated", _GATED_ARG_NAMES, (x, lengths, gate_bias, x_gates, *w))
     _check_no_grad("lstm_forward_gated", ("input", "gate_bias"), (x, gate_bias))
     T, B, H, D = _gated_shapes(x, w)
     x = x.contiguous()
@@ -444,7 +480,11 @@ def _export_pack_padded_sequence(input, lengths, batch_first=False, enforce_sort
     """pack_padded_sequence under exportable_packing(): keeps padded tensor + lengths.
 
     enforce_sorted is not checked (the packed ops handle any order, and checking it
-    would be data-dependent); lengths must be in 1..T as for PyTorch."""
+    would be data-dependent); lengths must be in 1..T as for PyTorch. A thread not
+    inside exportable_packing() gets the real function."""
+    if not _packing_here():
+        return _orig_pack_padded_sequence(input, lengths, batch_first=batch_first,
+                                          enforce_sorted=enforce_sorted)
     if isinstance(lengths, Tensor):
         lengths = lengths.to(dtype=torch.int64)
     else:
@@ -506,6 +546,15 @@ def _is_tracing():
 _packing_lock = threading.RLock()
 _packing_depth = 0
 _packing_restore: list = []
+# A module global is one object for every thread, so the globals stay patched while
+# any thread is inside exportable_packing(); the stand-in pack_padded_sequence looks
+# at this thread's own depth and gives every other thread the real function.
+_packing_local = threading.local()
+
+
+def _packing_here() -> bool:
+    """True when the calling thread is inside exportable_packing()."""
+    return getattr(_packing_local, "depth", 0) > 0
 
 
 # module name -> (weakref to the module, names of its globals that held a real
@@ -583,7 +632,9 @@ def exportable_packing():
     pass total_length behave exactly as in eager PyTorch. ``enforce_sorted`` is not
     checked (any order gives correct results).
 
-    The original functions are restored on exit. Works in eager mode too.
+    The original functions are restored on exit. Works in eager mode too. Only the
+    thread that entered the context gets the stand-in: other threads meanwhile run
+    ``pack_padded_sequence`` as usual.
     """
     global _packing_depth, _packing_restore
     with _packing_lock:
@@ -591,9 +642,11 @@ def exportable_packing():
             _prime_dynamo()
             _packing_restore = _patch_names()
         _packing_depth += 1
+    _packing_local.depth = getattr(_packing_local, "depth", 0) + 1
     try:
         yield
     finally:
+        _packing_local.depth -= 1
         with _packing_lock:
             _packing_depth -= 1
             if _packing_depth == 0:
@@ -615,12 +668,15 @@ class KokoroLSTM(nn.LSTM):
     state requires grad), it runs PyTorch's own LSTM instead, so training and
     ``backward()`` work as with nn.LSTM; under ``torch.no_grad()`` /
     ``inference_mode()`` (or ``requires_grad_(False)``) it runs the kokoro engine.
+    It also runs PyTorch's LSTM when the parameters, input and states are not all
+    float32 or all float64 (float16 and bfloat16 modules: the ops have no
+    half-precision inputs), so a patched module runs wherever the unpatched one does.
     """
 
     def forward(self, input, hx=None):  # noqa: A002 - nn.LSTM's signature
         if self.proj_size > 0:
             raise NotImplementedError("kokoro ops do not support proj_size > 0")
-        if _needs_autograd(self, input, hx):
+        if _needs_autograd(self, input, hx) or not _ops_take_dtypes(self, input, hx):
             return self._autograd_forward(input, hx)
         if isinstance(input, ExportPackedSequence):
             x = input.padded.transpose(0, 1) if input.batch_first else input.padded
@@ -666,7 +722,8 @@ class KokoroLSTM(nn.LSTM):
         return out, (h_n, c_n)
 
     def _autograd_forward(self, input, hx):
-        """PyTorch's own LSTM (same results, gradients), for when autograd records."""
+        """PyTorch's own LSTM (same results, gradients), for when autograd records or
+        the ops do not take the dtypes (half precision)."""
         if not isinstance(input, ExportPackedSequence):
             return nn.LSTM.forward(self, input, hx)
         packed = _orig_pack_padded_sequence(input.padded, input.lengths.cpu(),
@@ -719,6 +776,16 @@ def _needs_autograd(module, input, hx) -> bool:
         tensors += list(hx)
     return (any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
             or any(p.requires_grad for p in module.parameters(recurse=False)))
+
+
+def _ops_take_dtypes(module, input, hx) -> bool:
+    """True when the parameters, the input and the states are all float32 or all
+    float64, the only inputs the ops take; anything else (half precision, mixed
+    dtypes) runs PyTorch's LSTM, which gives the unpatched module's result or error."""
+    x = getattr(input, "data" if isinstance(input, PackedSequence) else "padded", input)
+    dtypes = {t.dtype for t in [x, *(hx or ())] if isinstance(t, Tensor)}
+    dtypes.update(p.dtype for p in module.parameters(recurse=False))
+    return len(dtypes) == 1 and dtypes <= {torch.float32, torch.float64}
 
 
 _patched_classes = {nn.LSTM: KokoroLSTM}

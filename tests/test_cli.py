@@ -547,6 +547,21 @@ BAD = [
     (["port-encoder", "--component", "f0n", "--checkpoint", __file__],
      "cannot read checkpoint"),
     (["nosuch"], "invalid choice"),
+    # sizes and counts are bounded before anything is allocated (issue 28: these ran
+    # until the OOM killer)
+    (["port-encoder", "--component", "duration", "--no-weights", "--seq-len", "1000000000"],
+     "--seq-len must be in 1..512"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--f0n-input", "d",
+      "--seq-len", "513"], "--seq-len must be in 1..512"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--aligned-len", "1000000000"],
+     "--aligned-len must be in 1..25600"),
+    (["port-encoder", "--component", "duration", "--no-weights", "--num-threads", "1000000000"],
+     "--num-threads must be at most 512"),
+    (["demo", "--seq-len", "1000000000"], "--seq-len must be in 1..512"),
+    (["demo", "--num-threads", "513"], "--num-threads must be at most 512"),
+    # issue 28: an overflow traceback (exit 1) before the bounds above
+    (["port-encoder", "--component", "text_encoder", "--no-weights", "--seq-len", str(2**63)],
+     "--seq-len must be in 1..512"),
 ]
 
 
@@ -571,6 +586,50 @@ def test_bad_config_exit_2(tmp_path, capsys):
     bad.write_text(json.dumps({"hidden_dim": -4}))
     assert _port(tmp_path, "f0n", "native", "--config", str(bad)) == 2
     assert "'hidden_dim' must be a positive integer" in capsys.readouterr().err
+
+
+def _one_line_error(capsys, message):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("kokoro-lstm port-encoder: error: ") and message in last, err
+
+
+def test_deeply_nested_config_exit_2(tmp_path, capsys):
+    """Issue 28: json's decoder recursed past Python's limit: RecursionError, exit 1."""
+    bad = tmp_path / "config.json"
+    bad.write_text('{"plbert": ' + "[" * 100000 + "]" * 100000 + "}")
+    assert _port(tmp_path, "text_encoder", "native", "--config", str(bad)) == 2
+    _one_line_error(capsys, "nested too deeply")
+
+
+def test_even_text_encoder_kernel_size_exit_2(tmp_path, capsys):
+    """Issue 28: an even kernel shortens TextEncoder's output by one step; the mask no
+    longer broadcast (a traceback, exit 1). Refused with the config's other checks."""
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"text_encoder_kernel_size": 4}))
+    assert _port(tmp_path, "text_encoder", "native", "--config", str(bad)) == 2
+    _one_line_error(capsys, "'text_encoder_kernel_size' must be odd")
+    assert not list(tmp_path.glob("*.so"))
+
+
+@pytest.mark.parametrize("where", ["entry", "state_dict"])
+def test_checkpoint_non_string_key_exit_2(where, tmp_path, capsys):
+    """Issue 28: an int key failed inside string operations ('int' object has no
+    attribute 'startswith'; sorted() of mixed keys): a traceback, exit 1."""
+    path = tmp_path / "bad.pth"
+    if where == "entry":
+        torch.save({"text_encoder": {}, 0: {}}, path)
+        message = "entry key 0 is not a string"
+    else:
+        torch.save({"text_encoder": {0: torch.zeros(1)}}, path)
+        message = "entry 'text_encoder' has the key 0, not a string"
+    assert _port(tmp_path, "text_encoder", "native", "--checkpoint", str(path)) == 2
+    _one_line_error(capsys, message)
+    # an absent entry beside a non-string key (sorted() of the keys in its message)
+    torch.save({1: {}, "predictor": {}}, path)
+    assert _port(tmp_path, "text_encoder", "native", "--checkpoint", str(path)) == 2
+    _one_line_error(capsys, "entry key 1 is not a string")
 
 
 def test_console_entry_points_exit_2():
@@ -637,6 +696,51 @@ def test_validation_failure_exits_1(tmp_path, capsys):
     assert not r["validation"]["passed"]
     captured = capsys.readouterr()
     assert "validation FAILED" in captured.err and "FAIL" in captured.out
+
+
+def test_compare_counts_nan_mismatches():
+    """Issue 28: max(0.0, nan) == 0.0 let an all-NaN side validate with error 0. NaN on
+    one side only is counted; NaN on both sides and equal infinities agree."""
+    from kokoro_lstm.cli.port_encoder import _compare
+
+    nan, inf = float("nan"), float("inf")
+    want = np.array([[1.0, 2.0, nan, inf], [-3.0, 4.0, 5.0, -inf]])
+    assert _compare(want, want) == (0.0, 0.0, 0)
+    got = want.copy()
+    got[0, 0], got[1, 2] = nan, 5.5  # one NaN where want is finite, one plain error
+    assert _compare(got, want) == (0.5, 0.5 / 5.0, 1)
+    assert _compare(want, got) == (0.5, 0.5 / 5.5, 1)
+    got = np.full_like(want, nan)
+    a, r, n = _compare(got, want)
+    assert n == 7 and (a, r) == (0.0, 0.0)
+    assert _compare(np.zeros(2, np.float32), np.full(2, nan))[2] == 2
+    assert _compare(np.array([inf]), np.array([1.0]))[0] == inf
+    assert _compare(np.zeros(3), np.zeros(4)) == (inf, inf, 0)
+
+
+@pytest.mark.parametrize("side", ["torch", "compiled"])
+def test_validation_nan_on_one_side_fails(side, tmp_path, capsys, monkeypatch):
+    """Issue 28: PyTorch's output all NaN and the artifact's finite (or the reverse)
+    reported max_abs_err 0.0, passed, exit 0. Now it fails (exit 1) and the report
+    counts the mismatched positions."""
+    import kokoro_lstm.cli.port_encoder as pe
+
+    def all_nan(arrays):
+        return [np.full_like(a, np.nan) for a in arrays]
+
+    if side == "torch":
+        eager = pe._Component.eager
+        monkeypatch.setattr(pe._Component, "eager", lambda self, args: all_nan(eager(self, args)))
+    else:
+        as_list = pe._as_list
+        monkeypatch.setattr(pe, "_as_list", lambda res: all_nan(as_list(res)))
+    assert _port(tmp_path, "text_encoder", "native") == 1
+    v = _report(tmp_path, "text_encoder")["validation"]
+    n = 2 * 512 * T  # both input sets, every position of t_en [1, 512, T]
+    assert not v["passed"] and v["nan_mismatch"] == n
+    assert v["outputs"]["t_en"]["nan_mismatch"] == n
+    captured = capsys.readouterr()
+    assert f"NaN on one side only at {n} positions" in captured.err and "FAIL" in captured.out
 
 
 # --------------------------------------------------------------------------------------

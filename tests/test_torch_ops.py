@@ -176,6 +176,40 @@ def test_fake_impl_shapes_and_errors():
                                torch.zeros(4 * H, I), torch.zeros(4 * H, H), None, None)
 
 
+def test_arguments_on_another_device_are_refused():
+    """Issue 28: lengths or gate_bias on meta with the rest on CPU dispatched to the fake
+    implementation and came back as CPU tensors of uninitialized memory. Every tensor
+    argument must be on the input's device; the error names the argument."""
+    T, B, I, H = 5, 3, 4, 6
+    x, h0, c0 = torch.randn(T, B, I), torch.zeros(1, B, H), torch.zeros(1, B, H)
+    w = [torch.randn(4 * H, I), torch.randn(4 * H, H), torch.randn(4 * H), torch.randn(4 * H)]
+    ln = torch.tensor([5, 2, 3])
+    gb = torch.zeros(1, B, 4 * H)
+
+    def refused(match, op, *args):
+        with torch.no_grad(), pytest.raises(RuntimeError, match=match):
+            op(*args)
+
+    refused("lengths is on meta, input on cpu", ko.lstm_forward_packed,
+            x, ln.to("meta"), h0, c0, *w)
+    refused("lengths is on cpu, input on meta", ko.lstm_forward_packed,
+            x.to("meta"), ln, h0.to("meta"), c0.to("meta"), *[t.to("meta") for t in w])
+    refused("gate_bias is on meta, input on cpu", ko.lstm_forward_gated,
+            x, None, gb.to("meta"), False, *w)
+    refused("lengths is on meta, input on cpu", ko.lstm_forward_gated,
+            x, ln.to("meta"), gb, False, *w)
+    refused("bias_hh_l0 is on meta, input on cpu", ko.lstm_forward_gated,
+            x, ln, gb, False, *w[:3], w[3].to("meta"))
+    # all on one device: the CPU results, and the fake's shapes on meta
+    with torch.no_grad():
+        out, _, _ = ko.lstm_forward_gated(x, ln, gb, False, *w)
+        want, _, _ = ko.lstm_forward_packed(x, ln, h0, c0, *w)
+        assert max_err(out, want) <= TOL
+        out, _, _ = ko.lstm_forward_gated(x.to("meta"), ln.to("meta"), gb.to("meta"), False,
+                                          *[t.to("meta") for t in w])
+        assert out.device.type == "meta" and out.shape == (T, B, H)
+
+
 def test_opcheck():
     """torch.library.opcheck: schema, fake vs real (shapes and strides), aot dispatch."""
     T, B, I, H = 5, 3, 4, 6
@@ -309,6 +343,38 @@ def test_float64():
         (o1, (h1, c1)), (o2, (h2, c2)) = m(x), p(x)
     assert o2.dtype == torch.float64
     assert max(max_err(o1, o2), max_err(h1, h2), max_err(c1, c2)) <= 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_module_runs_like_unpatched(dtype):
+    """Issue 28: a patched float16 / bfloat16 LSTM raised under no_grad ("input must be
+    float32 or float64", "unsupported ScalarType BFloat16") where the unpatched module
+    runs. The ops take float32/float64 only, so it runs PyTorch's LSTM: the same bits."""
+    ref = nn.ModuleList([nn.LSTM(6, 4), nn.LSTM(6, 4, 2, batch_first=True, bidirectional=True)])
+    ref = ref.to(dtype).eval()
+    pat = nn.ModuleList([nn.LSTM(6, 4), nn.LSTM(6, 4, 2, batch_first=True, bidirectional=True)])
+    pat = pat.to(dtype).eval()
+    pat.load_state_dict(ref.state_dict())
+    ko.patch_lstm_modules(pat)
+    assert all(isinstance(m, ko.KokoroLSTM) for m in pat)
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 6).to(dtype)
+    ln = torch.tensor([5, 2, 4])
+    with torch.no_grad():
+        for r, p in zip(ref, pat):
+            for args in ((x,), (x[:, 0],), (pack_padded_sequence(x, ln, enforce_sorted=False),)):
+                (o1, (h1, c1)), (o2, (h2, c2)) = r(*args), p(*args)
+                o1 = getattr(o1, "data", o1)
+                o2 = getattr(o2, "data", o2)
+                assert o2.dtype == dtype
+                assert torch.equal(o1, o2) and torch.equal(h1, h2) and torch.equal(c1, c2)
+            # and under exportable_packing, pack -> LSTM -> pad
+            with ko.exportable_packing():
+                y, _ = pad_packed_sequence(p(pack_padded_sequence(x, ln, enforce_sorted=False))[0],
+                                           total_length=5)
+            want, _ = pad_packed_sequence(r(pack_padded_sequence(x, ln, enforce_sorted=False))[0],
+                                          total_length=5)
+            assert torch.equal(y, want)
 
 
 def test_batch_major_input_read_in_place():
@@ -566,6 +632,48 @@ def test_exportable_packing_semantics():
                 assert f is o
     finally:
         del sys.modules[mod.__name__]
+
+
+def test_exportable_packing_is_confined_to_its_thread():
+    """Issue 28: while one thread was inside exportable_packing(), a plain nn.LSTM fed
+    by pack_padded_sequence in another thread got the export stand-in and failed. Only
+    the thread inside the context gets the stand-in; others meanwhile get PyTorch's."""
+    import threading
+
+    m, p = make_pair(4, 5)
+    x, ln = torch.randn(6, 2, 4), torch.tensor([6, 3])
+    with torch.no_grad():
+        want, _ = pad_packed_sequence(m(pack_padded_sequence(x, ln))[0])
+    inside, leave = threading.Event(), threading.Event()
+    seen = {}
+
+    def exporting():
+        try:
+            with ko.exportable_packing():
+                seen["exporter"] = type(nn.utils.rnn.pack_padded_sequence(x, ln))
+                inside.set()
+                leave.wait(60)
+                seen["exporter_after"] = type(nn.utils.rnn.pack_padded_sequence(x, ln))
+        finally:
+            inside.set()
+
+    t = threading.Thread(target=exporting)
+    t.start()
+    try:
+        assert inside.wait(60)
+        assert nn.utils.rnn.pack_padded_sequence is ko._export_pack_padded_sequence
+        with torch.no_grad():
+            packed = nn.utils.rnn.pack_padded_sequence(x, ln)
+            assert isinstance(packed, nn.utils.rnn.PackedSequence)
+            for lstm in (m, p):  # plain and patched
+                got, _ = nn.utils.rnn.pad_packed_sequence(lstm(packed)[0])
+                assert max_err(got, want) <= TOL
+    finally:
+        leave.set()
+        t.join()
+    assert seen == {"exporter": ko.ExportPackedSequence,
+                    "exporter_after": ko.ExportPackedSequence}
+    assert nn.utils.rnn.pack_padded_sequence is pack_padded_sequence  # restored
 
 
 # --------------------------------------------------------------------------------------

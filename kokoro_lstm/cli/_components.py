@@ -127,6 +127,9 @@ def load_config(path=None) -> dict:
             user = json.load(f)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read config {path}: {e}") from None
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise UsageError(f"cannot read config {path}: nested too deeply (a Kokoro "
+                         "config.json is an object of numbers and one 'plbert' object)") from None
     if not isinstance(user, dict):
         raise UsageError(f"config {path} is not a JSON object")
     user_plbert = user.get("plbert")
@@ -168,6 +171,10 @@ def check_config(cfg, where="config"):
     if cfg["hidden_dim"] % 2:
         bad("hidden_dim", cfg["hidden_dim"], "even (the LSTMs have hidden_dim // 2 units "
             "per direction)")
+    if cfg["text_encoder_kernel_size"] % 2 == 0:
+        bad("text_encoder_kernel_size", cfg["text_encoder_kernel_size"], "odd (TextEncoder's "
+            "convolutions pad (kernel_size - 1) // 2 per side, which keeps the length only for "
+            "odd sizes)")
     d = cfg.get("dropout")
     if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
         bad("dropout", d, "a number in [0, 1)")
@@ -199,6 +206,16 @@ def load_checkpoint(path) -> dict:
         raise UsageError(f"checkpoint {path} is not a Kokoro .pth (a dict of per-component "
                          "state dicts: 'bert', 'bert_encoder', 'predictor', 'text_encoder', "
                          "'decoder')")
+    # Entry names and state-dict keys are strings in a Kokoro .pth; another key would
+    # fail later inside string operations, so it is refused here, named.
+    for entry, sd in ckpt.items():
+        if not isinstance(entry, str):
+            raise UsageError(f"checkpoint {path} is not a Kokoro .pth: entry key {entry!r:.60} "
+                             "is not a string (entries are named 'bert', 'predictor', ...)")
+        for k in sd:
+            if not isinstance(k, str):
+                raise UsageError(f"checkpoint {path}: entry '{entry}' has the key {k!r:.60}, "
+                                 "not a string (state dict keys are parameter names)")
     return ckpt
 
 

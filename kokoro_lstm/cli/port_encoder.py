@@ -27,8 +27,8 @@ at token rate (both exact algebra); ``--no-algebra-cuts`` exports Kokoro's graph
 is. The report's ``algebra_cuts`` (and the table's ``cuts`` column) say which
 cuts were applied, and why the others were not.
 
-Exit status: 0 success, 1 validation above tolerance (or a failed step), 2 bad
-flags, paths or files (one line on stderr).
+Exit status: 0 success, 1 validation above tolerance or with NaN on one side only (or
+a failed step), 2 bad flags, paths or files (one line on stderr).
 """
 from __future__ import annotations
 
@@ -71,13 +71,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="component to compile (all: bert, duration, f0n, text_encoder)")
     p.add_argument("--seq-len", type=int, default=512,
                    help="static text length T (tokens) of duration and text_encoder (and of "
-                        "f0n's d with --f0n-input d)")
+                        "f0n's d with --f0n-input d); at most plbert.max_position_embeddings "
+                        "(512)")
     p.add_argument("--bert-seq-len", type=int, default=None, metavar="N",
                    help="static length of bert (default: 512, bert's max_position_embeddings, "
                         "whatever --seq-len says -- kokoro-tvm's behaviour, whose validation "
                         "feeds (1, 512))")
     p.add_argument("--aligned-len", type=int, default=512,
-                   help="static aligned (frame) length F of f0n")
+                   help="static aligned (frame) length F of f0n; at most "
+                        "max_position_embeddings x max_dur (25600)")
     p.add_argument("--target", default="llvm",
                    help='TVM target: llvm or an llvm variant such as "llvm -mcpu=znver4" '
                         "(metal-macos / metal-ios need macOS with Metal)")
@@ -107,7 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "native LSTM method and packed semantics only)")
     p.add_argument("--validate", action="store_true",
                    help="run the compiled module against PyTorch eager on random inputs; "
-                        "exit 1 above --tolerance")
+                        "exit 1 above --tolerance or where one side is NaN and the other not")
     p.add_argument("--no-weights", action="store_true",
                    help="random weights (no checkpoint)")
     p.add_argument("--output-dir", default="tvm_output", help="output directory")
@@ -116,7 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="PATH",
                    help="Kokoro config.json (default: Kokoro-82M's, built in)")
     p.add_argument("--num-threads", type=int, metavar="N",
-                   help="threads for TVM, the kokoro_lstm engine and PyTorch")
+                   help="threads for TVM, the kokoro_lstm engine and PyTorch (at most 512)")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOL,
                    help=f"--validate's bound on max|tvm - torch| / max(1, max|torch|) "
                         f"(default {DEFAULT_TOL:g})")
@@ -202,6 +204,22 @@ def _check_target(target):
     return spec, canonical
 
 
+def check_num_threads(n):
+    """--num-threads: None or 1..the engine's pool size (512); UsageError otherwise.
+    The count also sizes TVM's and PyTorch's pools, which would try to start that many
+    threads, so it is refused above the engine's own cap rather than capped."""
+    from .. import _threads as thread_rules
+
+    try:
+        thread_rules.check_count(n, "--num-threads")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if n is not None and n > thread_rules.POOL_MAX:
+        raise UsageError(f"--num-threads must be at most {thread_rules.POOL_MAX} (the "
+                         f"kokoro_lstm engine's most threads), got {n}")
+    return n
+
+
 def _check_args(args):
     if args.seq_len < 1:
         raise UsageError(f"--seq-len must be positive, got {args.seq_len}")
@@ -211,11 +229,7 @@ def _check_args(args):
         raise UsageError(f"--aligned-len must be positive, got {args.aligned_len}")
     from .. import _threads as thread_rules  # (_threads below is the context manager)
 
-    if args.num_threads is not None:
-        try:
-            thread_rules.check_count(args.num_threads, "--num-threads")
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+    check_num_threads(args.num_threads)
     for var in (thread_rules.ENV_NUM_THREADS, thread_rules.ENV_MAX_THREADS):
         try:
             thread_rules._env_count(var)
@@ -363,16 +377,27 @@ def _time_ms(fn, min_runs=3, max_runs=30, budget_s=0.5, warm_s=None):
     return round(times[len(times) // 2], 4)
 
 
-def _err(got, want):
+def _compare(got, want):
+    """(max abs error, scaled error, NaN mismatches) of an output against PyTorch's.
+
+    NaN-aware: a position where one side is NaN and the other is not is a mismatch,
+    counted (and failing validation) rather than dropped by max(); NaN on both sides,
+    and equal infinities, agree. The errors are over the other positions, scaled by
+    max(1, max|want|) over want's finite values. Different shapes: (inf, inf, 0)."""
     import numpy as np
 
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
-        return float("inf"), float("inf")
-    if not want.size:
-        return 0.0, 0.0
-    e = float(np.abs(got - want).max())
-    return e, e / max(1.0, float(np.abs(want).max()))
+        return float("inf"), float("inf"), 0
+    g_nan, w_nan = np.isnan(got), np.isnan(want)
+    nan_mismatch = int(np.count_nonzero(g_nan != w_nan))
+    with np.errstate(invalid="ignore"):
+        diff = np.where((got == want) | g_nan | w_nan, 0.0, np.abs(got - want))
+    if not diff.size:
+        return 0.0, 0.0, nan_mismatch
+    e = float(diff.max())
+    finite = np.abs(want[np.isfinite(want)])
+    return e, e / max(1.0, float(finite.max()) if finite.size else 1.0), nan_mismatch
 
 
 def _spec(names, arrays):
@@ -580,15 +605,19 @@ def _port_method(comp, method, out_dir, opts, progress):
         tol = opts["tolerance"]
         per_output = {}
         worst = 0.0
+        nan_total = 0
         for k, oname in enumerate(comp.output_names):
             abs_e = rel_e = 0.0
+            nans = 0
             for got, want in zip(outputs, ref):
-                a, r = _err(got[k], want[k])
-                abs_e, rel_e = max(abs_e, a), max(rel_e, r)
-            per_output[oname] = {"max_abs_err": abs_e, "scaled_err": rel_e}
+                a, r, n = _compare(got[k], want[k])
+                abs_e, rel_e, nans = max(abs_e, a), max(rel_e, r), nans + n
+            per_output[oname] = {"max_abs_err": abs_e, "scaled_err": rel_e, "nan_mismatch": nans}
             worst = max(worst, rel_e)
+            nan_total += nans
             progress.note(tag, f"validate {oname} {list(outputs[0][k].shape)}: max abs err "
-                               f"{abs_e:.3g}" + ("" if rel_e == abs_e else f" (scaled {rel_e:.3g})"))
+                               f"{abs_e:.3g}" + ("" if rel_e == abs_e else f" (scaled {rel_e:.3g})")
+                               + (f", NaN on one side only at {nans} positions" if nans else ""))
         pad_err = None
         if unpadded is not None:
             L = comp.lengths[1]
@@ -597,13 +626,14 @@ def _port_method(comp, method, out_dir, opts, progress):
                 g = comp.C.valid_region(name, k, outputs[1][k], L)
                 w = comp.C.valid_region(name, k, unpadded[k], L)
                 if g is not None:
-                    errs.append(_err(g, w)[0])
+                    a, _, n = _compare(g, w)
+                    errs.append(float("inf") if n else a)
             pad_err = max(errs) if errs else None
-        passed = bool(worst <= tol and np.isfinite(worst))
+        passed = bool(worst <= tol and np.isfinite(worst) and nan_total == 0)
         report["validation"] = {
             "reference": "PyTorch eager, unpatched nn.LSTM, same semantics",
             "lengths": comp.lengths, "tolerance": tol, "outputs": per_output,
-            "max_err": worst, "passed": passed,
+            "max_err": worst, "nan_mismatch": nan_total, "passed": passed,
             "padding_error": pad_err,
             "padding_error_note": (
                 f"max|compiled(T={comp.T}, length={comp.lengths[1]}) - eager(unpadded, "
@@ -611,7 +641,10 @@ def _port_method(comp, method, out_dir, opts, progress):
                 "not applicable (f0n's AdaIN norms see every frame; bert/text/duration only)"
                 if len(comp.lengths) > 1 else "T == 1"),
         }
-        if not passed:
+        if nan_total:
+            progress.note(tag, f"validation FAILED: NaN on one side only at {nan_total} "
+                               "positions")
+        elif not passed:
             progress.note(tag, f"validation FAILED: max err {worst:.3g} > tolerance {tol:g}")
     report["times_s"] = dict(comp.times, **times)
     with open(files["report"], "w", encoding="utf-8") as f:
@@ -662,6 +695,7 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
     or "d" (``--f0n-input``).
     """
     progress = progress or _Progress(verbose)
+    check_num_threads(num_threads)
     _require_deps()
     with _threads(num_threads):
         return _port(components, methods, seq_len=seq_len, aligned_len=aligned_len,
@@ -751,6 +785,25 @@ def resolve_bert_seq_len(cfg, bert_seq_len=None) -> int:
     return bert_seq_len
 
 
+def check_lengths(cfg, components, seq_len, aligned_len, f0n_input="en"):
+    """UsageError unless the static lengths the components use are in bounds, checked
+    before anything is allocated: tokens (--seq-len: text_encoder, duration, f0n's d)
+    at most Kokoro's context, plbert.max_position_embeddings (512 for Kokoro-82M), and
+    frames (--aligned-len: f0n) at most that many tokens times max_dur, the most
+    frames a token gets at speed 1 (25600 for Kokoro-82M)."""
+    max_tokens = int(cfg["plbert"]["max_position_embeddings"])
+    max_frames = max_tokens * int(cfg["max_dur"])
+    uses_tokens = [c for c in components if c in ("text_encoder", "duration")
+                   or (c == "f0n" and f0n_input == "d")]
+    if uses_tokens and not 1 <= seq_len <= max_tokens:
+        raise UsageError(f"--seq-len must be in 1..{max_tokens} (Kokoro's context, "
+                         f"plbert.max_position_embeddings), got {seq_len}")
+    if "f0n" in components and not 1 <= aligned_len <= max_frames:
+        raise UsageError(f"--aligned-len must be in 1..{max_frames} (the context's "
+                         f"{max_tokens} tokens x max_dur {cfg['max_dur']} frames), "
+                         f"got {aligned_len}")
+
+
 def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
           checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
           progress, method_subdirs, bert_seq_len=None, dense_method="native",
@@ -776,10 +829,11 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
     except (ValueError, RuntimeError) as e:
         raise UsageError(str(e).splitlines()[0]) from None
     cfg = C.load_config(config)
-    bert_len = resolve_bert_seq_len(cfg, bert_seq_len)
     for name in components:
         if name not in COMPONENTS:
             raise UsageError(f"unknown component {name!r}")
+    check_lengths(cfg, components, seq_len, aligned_len, f0n_input)
+    bert_len = resolve_bert_seq_len(cfg, bert_seq_len)
     ckpt = None
     weights = "random (--no-weights)"
     if checkpoint is None and not no_weights:
