@@ -266,11 +266,12 @@ def get_num_threads() -> int:
 
 #: Device types the ops' real implementations run on; everything else fails in
 #: _check_devices before any memory is read (a CUDA implementation adds "cuda" here).
-_DEVICE_TYPES = ("cpu",)
+_DEVICE_TYPES = ("cpu", "cuda")
 
 
 def _check_devices(op_name, names, args, real=True):
-    """Every tensor argument must be on the input's device, and (``real``: the
+    """Every tensor argument must be on the input's device (lengths may stay on the
+    CPU with CUDA data), and (``real``: the
     implementation that computes) that device one the ops run on. RuntimeError naming
     the argument. Both implementations check: a call mixing meta and CPU tensors
     dispatches to the fake one, whose CPU outputs would otherwise be returned as
@@ -278,6 +279,8 @@ def _check_devices(op_name, names, args, real=True):
     x = args[0]
     p = f"kokoro::{op_name}: "
     for name, t in zip(names, args):
+        if name == "lengths" and isinstance(t, Tensor) and t.device.type == "cpu" and x.is_cuda:
+            continue  # host lengths with CUDA data, as pack_padded_sequence takes them
         if isinstance(t, Tensor) and t.device != x.device:
             raise RuntimeError(p + f"{name} is on {t.device}, input on {x.device}: every "
                                    "tensor argument must be on the input's device")
@@ -780,12 +783,13 @@ def _needs_autograd(module, input, hx) -> bool:
 
 def _ops_take_dtypes(module, input, hx) -> bool:
     """True when the parameters, the input and the states are all float32 or all
-    float64, the only inputs the ops take; anything else (half precision, mixed
-    dtypes) runs PyTorch's LSTM, which gives the unpatched module's result or error."""
+    float64 (float32 on CUDA), the only inputs the ops take; anything else (half
+    precision, mixed dtypes) runs PyTorch's LSTM, which gives the unpatched module's result or error."""
     x = getattr(input, "data" if isinstance(input, PackedSequence) else "padded", input)
     dtypes = {t.dtype for t in [x, *(hx or ())] if isinstance(t, Tensor)}
     dtypes.update(p.dtype for p in module.parameters(recurse=False))
-    return len(dtypes) == 1 and dtypes <= {torch.float32, torch.float64}
+    ok = {torch.float32} if isinstance(x, Tensor) and x.is_cuda else {torch.float32, torch.float64}
+    return len(dtypes) == 1 and dtypes <= ok
 
 
 _patched_classes = {nn.LSTM: KokoroLSTM}

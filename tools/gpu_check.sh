@@ -23,17 +23,17 @@ echo "== build"
 KOKORO_LSTM_BLAS=${KOKORO_LSTM_BLAS:-scipy-openblas32} KOKORO_LSTM_WERROR=1 \
   $PY setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "== pytest tests/test_cuda.py"
-$PY -m pytest -q -rs tests/test_cuda.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test_cuda.log" | tail -25
+timeout ${TEST_TIMEOUT:-300} $PY -m pytest -q -rs tests/test_cuda.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test_cuda.log" | tail -25
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 if [ -z "${NO_SANITIZER:-}" ]; then
   for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer --tool $tool tools/cuda_smoke.py"
-    compute-sanitizer --tool $tool --error-exitcode 9 $PY tools/cuda_smoke.py > "$OUT/sanitizer_$tool.log" 2>&1 || rc=1
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $PY tools/cuda_smoke.py > "$OUT/sanitizer_$tool.log" 2>&1 || rc=1
     tail -3 "$OUT/sanitizer_$tool.log"
   done
 fi
 if [ -z "${NO_BENCH:-}" ]; then
   echo "== benchmarks/bench_cuda.py"
-  $PY benchmarks/bench_cuda.py --out "$OUT/cuda_h100.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_cuda.log" | tail -12
+  timeout ${BENCH_TIMEOUT:-300} $PY benchmarks/bench_cuda.py --out "$OUT/cuda_h100.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_cuda.log" | tail -12
 fi
 exit $rc

@@ -424,7 +424,10 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
     kl_mbar_init(mb);
     kl_mbar_init(mb + 8);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    if (a.T > 1) kl_mbar_expect(mb + 8, xbytes);  // step 0's slices land in hs[1]
+    // phase 0 of each: step 0's slices land in hs[1], step 1's in hs[0]; step s
+    // re-arms the one it waited on for step s+1's slices
+    if (a.T > 1) kl_mbar_expect(mb + 8, xbytes);
+    if (a.T > 2) kl_mbar_expect(mb, xbytes);
   }
 #endif
   if (live) {
