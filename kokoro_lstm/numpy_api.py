@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _threads
+from . import _core, _cuda_arrays, _threads
 
 if TYPE_CHECKING:  # annotations only (postponed by `from __future__ import annotations`)
     from numpy.typing import ArrayLike
@@ -346,6 +346,9 @@ class LSTM:
         default_num_threads()); results are bitwise identical for any count.
         """
         nth = _num_threads(self.num_threads if num_threads is None else num_threads)
+        lib = _cuda_arrays.library_of(x)
+        if lib:  # a CUDA array: runs on its GPU, returns its library's arrays
+            return _cuda_arrays.lstm_call(self, x, lib, hx, lengths, _prepare_lengths)
         x3, unbatched = _prepare_x(x, self.input_size, self.batch_first, self._io)
         T, B, _ = x3.shape
         LD, H, R = self.num_layers * self._D, self.hidden_size, self._R
@@ -382,6 +385,10 @@ def lstm_forward(x: ArrayLike, w_ih: ArrayLike, w_hh: ArrayLike, b_ih: Optional[
     already in the compute dtype are used in place; others are converted per call).
     """
     nth = _num_threads(num_threads)
+    lib = _cuda_arrays.library_of(x)
+    if lib:  # a CUDA array: runs on its GPU, returns its library's arrays
+        return _cuda_arrays.lstm_forward(x, lib, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse, lengths,
+                                         batch_first, dtype, _prepare_lengths)
     xa = _as_array(x, "x")
     if dtype is None:
         dtype = "float64" if xa.dtype == np.float64 else "float32"

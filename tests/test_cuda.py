@@ -352,3 +352,36 @@ def test_torch_ops_and_patched_module_on_cuda(path):
     assert got.is_cuda and gh.is_cuda
     for a, b in ((got, want), (gh, wh), (gc, wc), (got_p, want_p), (gph, wph)):
         assert (a - b).abs().max().item() <= 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_numpy_api_takes_cuda_arrays(lib):
+    """kokoro_lstm.LSTM and lstm_forward on a CUDA array run on its GPU and return
+    that library's arrays, equal to the CPU call's results within 2e-6."""
+    if lib == "cupy":
+        cp = pytest.importorskip("cupy")
+        to_dev, to_host = cp.asarray, cp.asnumpy
+    else:
+        to_dev, to_host = (lambda a: torch.as_tensor(a, device="cuda")), (lambda t: t.cpu().numpy())
+    rng = np.random.default_rng(2)
+    m = kokoro_lstm.LSTM(12, 32, num_layers=2, bidirectional=True, batch_first=True)
+    x = rng.standard_normal((3, 9, 12)).astype(np.float32)
+    h0 = rng.standard_normal((4, 3, 32)).astype(np.float32)
+    c0 = rng.standard_normal((4, 3, 32)).astype(np.float32)
+    ln = np.array([9, 4, 6])
+    want, (wh, wc) = m(x, (h0, c0), lengths=ln)
+    got, (gh, gc) = m(to_dev(x), (h0, to_dev(c0)), lengths=to_dev(ln))
+    assert type(got) is type(to_dev(x)) and type(gh) is type(got)
+    for a, b in ((got, want), (gh, wh), (gc, wc)):
+        assert np.abs(to_host(a) - b).max() <= 2e-6
+    got1 = m(to_dev(x[0]).reshape(9, 12) if m.batch_first else None)[0]  # unbatched [T, I]
+    assert np.abs(to_host(got1) - m(x[0])[0]).max() <= 2e-6
+    w = [rng.uniform(-0.2, 0.2, s).astype(np.float32) for s in ((128, 12), (128, 32), (128,), (128,))]
+    xs = rng.standard_normal((7, 2, 12)).astype(np.float32)
+    want = kokoro_lstm.lstm_forward(xs, *w, reverse=True)
+    got = kokoro_lstm.lstm_forward(to_dev(xs), *[to_dev(a) for a in w], reverse=True)
+    for a, b in zip(got, want):
+        assert np.abs(to_host(a) - b).max() <= 2e-6
+    with pytest.raises(ValueError, match="float64 runs on the CPU"):
+        kokoro_lstm.LSTM(4, 8, dtype="float64")(to_dev(np.ones((3, 1, 4), np.float32)))
