@@ -178,6 +178,9 @@ CASES = [  # I, H, L, D, proj, B, T, bias, states, lengths, batch_first
     (5, 128, 1, 2, 0, 33, 7, True, True, True, False),
     (10, 24, 2, 2, 12, 4, 8, True, True, True, False),       # proj_size: step path
     (3, 3, 1, 1, 0, 2, 6, True, True, False, False),         # H % 4 != 0: step path
+    (64, 256, 1, 2, 0, 3, 400, True, False, True, True),     # 128x128 GEMM tiles
+    (33, 256, 2, 2, 0, 5, 300, True, True, False, False),    # layer 0: 64x64 (lda 33), layer 1: 128
+    (40, 64, 1, 2, 0, 70, 20, True, True, True, False),      # many rows per cluster
 ]
 
 
@@ -375,7 +378,7 @@ def test_numpy_api_takes_cuda_arrays(lib):
     assert type(got) is type(to_dev(x)) and type(gh) is type(got)
     for a, b in ((got, want), (gh, wh), (gc, wc)):
         assert np.abs(to_host(a) - b).max() <= 2e-6
-    got1 = m(to_dev(x[0]).reshape(9, 12) if m.batch_first else None)[0]  # unbatched [T, I]
+    got1 = m(to_dev(x[0]))[0]  # unbatched [T, I]
     assert np.abs(to_host(got1) - m(x[0])[0]).max() <= 2e-6
     w = [rng.uniform(-0.2, 0.2, s).astype(np.float32) for s in ((128, 12), (128, 32), (128,), (128,))]
     xs = rng.standard_normal((7, 2, 12)).astype(np.float32)

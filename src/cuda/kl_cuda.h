@@ -41,7 +41,7 @@ const kl_nvrtc_api* kl_nvrtc(char* err, size_t n);
  * below sm_90 or without KL_C. */
 typedef struct kl_cuda_kernels {
   CUmodule mod;
-  CUfunction gemm, step, proj, state_init, cluster;
+  CUfunction gemm, gemm128, step, proj, state_init, cluster;
   /* launch facts kept for the next calls (atomics; 0 = not yet known) */
   int max_clusters; /* clusters of the cluster kernel resident at once */
   int smem_bytes;   /* the cluster kernel's dynamic shared memory limit as set */

@@ -234,8 +234,9 @@ static CUresult launch2(const kl_cu_api* cu, CUfunction f, unsigned gx, unsigned
   return cu->LaunchKernel(f, gx, gy, gz, bx, 1, 1, 0, s, params, NULL);
 }
 
-/* G[m, dir*4H + n] = sum_k A[m, k] W_ih[dir][n, k] for M rows. */
-static CUresult input_gemm(const kl_cu_api* cu, const kl_cuda_kernels* k, CUstream s, const float* A,
+/* G[m, dir*4H + n] = sum_k A[m, k] W_ih[dir][n, k] for M rows: 128x128 tiles when
+ * they fill the GPU and the rows allow 16-byte loads, else 64x64 (same bits). */
+static CUresult input_gemm(const kl_cu_api* cu, const kl_cuda_kernels* k, int sms, CUstream s, const float* A,
                            int64_t lda, int64_t M, int K, const kl_cuda_call* c, int layer, float* G) {
   gemm_args g;
   memset(&g, 0, sizeof(g));
@@ -247,13 +248,16 @@ static CUresult input_gemm(const kl_cu_api* cu, const kl_cuda_kernels* k, CUstre
   g.ldc = (int64_t)c->D * 4 * c->H;
   g.N = 4 * c->H;
   g.K = K;
-  const int64_t chunk = 65535LL * 64; /* rows per launch: the grid's y limit */
+  int big = (M + 127) / 128 * ((g.N + 127) / 128) * c->D >= sms && (uintptr_t)A % 16 == 0 && lda % 4 == 0;
+  for (int d = 0; d < c->D; d++) big &= (uintptr_t)g.w[d] % 16 == 0 && g.ldw[d] % 4 == 0;
+  const int tile = big ? 128 : 64;
+  const int64_t chunk = 65535LL * tile; /* rows per launch: the grid's y limit */
   for (int64_t m0 = 0; m0 < M; m0 += chunk) {
     g.a = A + m0 * lda;
     g.c = G + m0 * g.ldc;
     g.M = (int)(M - m0 < chunk ? M - m0 : chunk);
-    CUresult r = launch(cu, k->gemm, (unsigned)((g.N + 63) / 64), (unsigned)((g.M + 63) / 64),
-                        (unsigned)c->D, 256, s, &g);
+    CUresult r = launch(cu, big ? k->gemm128 : k->gemm, (unsigned)((g.N + tile - 1) / tile),
+                        (unsigned)((g.M + tile - 1) / tile), (unsigned)c->D, 256, s, &g);
     if (r) return r;
   }
   return 0;
@@ -347,11 +351,12 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
       }
       __atomic_store_n(&k->max_clusters, maxc, __ATOMIC_RELAXED);
     }
+    /* rows per cluster: the batch spread over the clusters resident at once (more
+     * clusters would run in a second wave), at most 16 */
     const int64_t per_dir = maxc / D > 0 ? maxc / D : 1;
-    int64_t want = (B + per_dir - 1) / per_dir;
-    NB = 1;
-    while (NB < want && NB < 16) NB *= 2;
-    while (NB > 1 && cluster_smem(NB, R, ntw) > (size_t)dv->smem_optin) NB /= 2;
+    const int64_t want = (B + per_dir - 1) / per_dir;
+    NB = want < 16 ? (int)want : 16;
+    while (NB > 1 && cluster_smem(NB, R, ntw) > (size_t)dv->smem_optin) NB--;
     if (NB > 1) {
       DEF(d_nb, "-DKL_NB=%d", NB);
       if (!(k = kl_cuda_module(dv->dev, defs, 9, err, n))) goto done;
@@ -411,7 +416,8 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
       gi->g_st = c->x_st;
       gi->g_sb = c->x_sb;
     } else {
-      if ((r = input_gemm(cu, k, s, in, lda, T * B, l == 0 ? (int)c->I : D * R, c, l, G))) goto launch_failed;
+      if ((r = input_gemm(cu, k, dv->sms, s, in, lda, T * B, l == 0 ? (int)c->I : D * R, c, l, G)))
+        goto launch_failed;
       gi->g = G;
       gi->g_st = gt * D * 4 * H;
       gi->g_sb = gb * D * 4 * H;

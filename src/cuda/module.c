@@ -267,8 +267,8 @@ static void write_file(const char* path, const void* data, size_t size) {
 
 static uint64_t g_source_hash[2];
 
-static const char* const KERNEL_NAMES[] = {"kl_gemm_nt", "kl_lstm_step", "kl_lstm_proj",
-                                           "kl_lstm_state_init", "kl_lstm_cluster"};
+static const char* const KERNEL_NAMES[] = {"kl_gemm_nt",         "kl_gemm_nt128",  "kl_lstm_step",
+                                           "kl_lstm_proj",       "kl_lstm_state_init", "kl_lstm_cluster"};
 
 kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int ndefines, char* err,
                                       size_t n) {
@@ -355,10 +355,10 @@ kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int nd
   e->k.mod = mod;
   int cluster = 0; /* built only with KL_C, for sm_90+ */
   for (int i = 0; i < ndefines; i++) cluster |= strncmp(defines[i], "-DKL_C=", 7) == 0;
-  CUfunction* fns[] = {&e->k.gemm, &e->k.step, &e->k.proj, &e->k.state_init, &e->k.cluster};
+  CUfunction* fns[] = {&e->k.gemm, &e->k.gemm128, &e->k.step, &e->k.proj, &e->k.state_init, &e->k.cluster};
   for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]) - !(cluster && major >= 9); i++)
     if (cu->ModuleGetFunction(fns[i], mod, KERNEL_NAMES[i])) *fns[i] = NULL;
-  if (!e->k.gemm || !e->k.step || !e->k.proj || !e->k.state_init) {
+  if (!e->k.gemm || !e->k.gemm128 || !e->k.step || !e->k.proj || !e->k.state_init) {
     snprintf(err, n, "the compiled kernels lack an entry point");
     cu->ModuleUnload(mod);
     free(e);

@@ -358,6 +358,7 @@ static PyObject* mod_tvm_register(PyObject* m, PyObject* arg) {
   api.error_move_from_raised = (void (*)(TVMFFIObjectHandle*))dlsym(h, "TVMFFIErrorMoveFromRaised");
   api.object_inc_ref = (int (*)(TVMFFIObjectHandle))dlsym(h, "TVMFFIObjectIncRef");
   api.object_dec_ref = (int (*)(TVMFFIObjectHandle))dlsym(h, "TVMFFIObjectDecRef");
+  api.env_get_stream = (void* (*)(int32_t, int32_t))dlsym(h, "TVMFFIEnvGetStream");
   char err[160];
   const int n = kl_tvm_register(&api, err, sizeof(err));
   if (n < 0) {

@@ -29,6 +29,9 @@ typedef struct kl_tvm_api {
   void (*error_move_from_raised)(TVMFFIObjectHandle* result);
   int (*object_inc_ref)(TVMFFIObjectHandle obj);
   int (*object_dec_ref)(TVMFFIObjectHandle obj);
+  /* TVMFFIEnvGetStream: the stream TVM runs a device's work on (CUDA calls run
+   * there); NULL where the libtvm_ffi lacks it (the default stream then) */
+  void* (*env_get_stream)(int32_t device_type, int32_t device_id);
 } kl_tvm_api;
 
 /* Registers every function of the engine that is not registered yet under its

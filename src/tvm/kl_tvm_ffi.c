@@ -147,6 +147,8 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   fa.c_n = t[k++];
   const kl_keepalive ka = {keep, set_retain, set_release};
   fa.keepalive = constant ? &ka : NULL;
+  if (fa.x && fa.x->device.device_type == kDLCUDA && g_api.env_get_stream)
+    fa.stream = g_api.env_get_stream(kDLCUDA, fa.x->device.device_id);
   const kl_status s = kl_lstm_forward(&fa);
   if (!keep->retained) free(keep);
   free(t);
