@@ -103,15 +103,12 @@ def lstm_case(B, T, rounds, I=640, H=256):
         exact = m(x)[0]
         torch.backends.cudnn.allow_tf32 = True
     variants = {"cudnn": cudnn, "ours": ours,
-                "ours_mbarrier": env(ours, exchange="mbarrier"),
                 "ours_step": env(ours, recurrence="step"),
-                "ours_recurrence": recurrence,
-                "ours_recurrence_mbarrier": env(recurrence, exchange="mbarrier")}
+                "ours_recurrence": recurrence}
     for f in list(variants.values()):  # warm: modules compiled, buffers allocated
         f()
     variants["cudnn_graph"] = _graph(cudnn)
     variants["ours_graph"] = _graph(ours)
-    variants["ours_mbarrier_graph"] = _graph(env(ours, exchange="mbarrier"))
     torch.cuda.synchronize()
     reps = 10 if T <= 256 else 2
     times = {k: [] for k in variants}
@@ -129,7 +126,6 @@ def lstm_case(B, T, rounds, I=640, H=256):
     row["graph_cudnn_over_ours"] = row["cudnn_graph_ms"] / row["ours_graph_ms"]
     row["ours_us_per_step"] = 1000 * row["ours_ms"] / T
     row["recurrence_us_per_step"] = 1000 * row["ours_recurrence_ms"] / T
-    row["recurrence_mbarrier_us_per_step"] = 1000 * row["ours_recurrence_mbarrier_ms"] / T
     return row
 
 
@@ -258,10 +254,9 @@ def main(argv=None):
         row = lstm_case(B, T, a.rounds)
         res["lstm"].append(row)
         print(f"B={B:3d} T={T:5d}  cuDNN {row['cudnn_ms']:8.3f} ms  ours {row['ours_ms']:7.3f} ms "
-              f"({row['cudnn_over_ours']:5.1f}x)  mbarrier {row['ours_mbarrier_ms']:7.3f}  graphs: cuDNN "
-              f"{row['cudnn_graph_ms']:.3f} ours {row['ours_graph_ms']:.3f} mbarrier "
-              f"{row['ours_mbarrier_graph_ms']:.3f} ({row['graph_cudnn_over_ours']:.1f}x); recurrence "
-              f"{row['recurrence_us_per_step']:.2f} / {row['recurrence_mbarrier_us_per_step']:.2f} us/step; "
+              f"({row['cudnn_over_ours']:5.1f}x)  graphs: cuDNN {row['cudnn_graph_ms']:.3f} ours "
+              f"{row['ours_graph_ms']:.3f} ({row['graph_cudnn_over_ours']:.1f}x); recurrence "
+              f"{row['recurrence_us_per_step']:.2f} us/step; "
               f"step path {row['ours_step_ms']:.3f} ms; err {row['max_abs_vs_cudnn_no_tf32']:.1e}",
               flush=True)
     if not a.no_kmodel:
