@@ -210,6 +210,16 @@ static size_t cluster_smem(int NB, int R, int ntw) {
 
 #define DEF(buf, ...) snprintf(buf, sizeof(buf), __VA_ARGS__)
 
+/* A launch of C x groups x D CTAs in clusters of C along x; attr is filled. */
+static kl_CUlaunchConfig cluster_config(kl_CUlaunchAttribute* attr, int C, unsigned groups, int D, int threads,
+                                        size_t smem, CUstream s) {
+  memset(attr, 0, sizeof(*attr));
+  attr->id = KL_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr->value.clusterDim.x = (unsigned)C;
+  attr->value.clusterDim.y = attr->value.clusterDim.z = 1;
+  return (kl_CUlaunchConfig){(unsigned)C, groups, (unsigned)D, (unsigned)threads, 1, 1, (unsigned)smem, s, attr, 1};
+}
+
 /* ---- launches ------------------------------------------------------------------------- */
 
 static CUresult launch(const kl_cu_api* cu, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -322,11 +332,7 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
     int maxc = __atomic_load_n(&k->max_clusters, __ATOMIC_RELAXED);
     if (!maxc) { /* the cluster kernel with one row per cluster: how many fit at once */
       kl_CUlaunchAttribute attr;
-      memset(&attr, 0, sizeof(attr));
-      attr.id = KL_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attr.value.clusterDim.x = (unsigned)C;
-      attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-      kl_CUlaunchConfig cfg = {(unsigned)C, 1, 1, (unsigned)nt, 1, 1, (unsigned)cluster_smem(1, R, ntw), s, &attr, 1};
+      kl_CUlaunchConfig cfg = cluster_config(&attr, C, 1, 1, nt, cluster_smem(1, R, ntw), s);
       cu->FuncSetAttribute(k->cluster, KL_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)cfg.sharedMemBytes);
       if ((r = cu->OccupancyMaxActiveClusters(&maxc, k->cluster, &cfg)) || maxc < 1) {
         snprintf(err, n, "CUDA: a cluster of %d CTAs of %d threads cannot be resident on device %d (%s)", C, nt,
@@ -428,12 +434,7 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
     ra->y_sb = o_sb;
     if (use_cluster) {
       kl_CUlaunchAttribute attr;
-      memset(&attr, 0, sizeof(attr));
-      attr.id = KL_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attr.value.clusterDim.x = (unsigned)C;
-      attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-      const kl_CUlaunchConfig cfg = {(unsigned)C, groups, (unsigned)D, (unsigned)((ntw + 31) / 32 * 32), 1, 1,
-                                     (unsigned)smem, s, &attr, 1};
+      const kl_CUlaunchConfig cfg = cluster_config(&attr, C, groups, D, (ntw + 31) / 32 * 32, smem, s);
       void* params[] = {ra};
       if ((r = cu->LaunchKernelEx(&cfg, k->cluster, params, NULL))) goto launch_failed;
     } else {
