@@ -139,9 +139,17 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
     return NULL;
   if (!parse_dtype(dtname, &fa.dtype)) return NULL;
   fa.owner = owner;
-  PyObject* seq = PySequence_Fast(wo, "weights must be a sequence of tensors");
-  if (!seq) return NULL;
-  const Py_ssize_t nw = PySequence_Fast_GET_SIZE(seq);
+  /* A tuple of the weights holds a reference to each for the whole call: the
+   * caller's list may be emptied by another thread while the GIL is released. */
+  PyObject* seq = PySequence_Check(wo) ? PySequence_Tuple(wo) : NULL;
+  if (!seq) {
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_TypeError, "weights must be a sequence of tensors");
+    }
+    return NULL;
+  }
+  const Py_ssize_t nw = PyTuple_GET_SIZE(seq);
   enum { NT = 8 }; /* the tensors other than the weights */
   PyObject* const in[NT] = {xo, leno, h0o, c0o, yo, hno, cno, gbo};
   const char* names[NT] = {"x", "lengths", "h0", "c0", "y", "h_n", "c_n", "gate_bias"};
@@ -161,7 +169,7 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   for (Py_ssize_t i = 0; i < nw; i++) {
     char name[32];
     snprintf(name, sizeof(name), "weights[%zd]", i);
-    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
+    PyObject* o = PyTuple_GET_ITEM(seq, i);
     if (o == Py_None) {
       PyErr_Format(PyExc_TypeError, "%s is None (omit absent biases with has_bias=False)", name);
       goto done;
