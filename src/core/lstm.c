@@ -698,6 +698,27 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
   }
 }
 
+/* ord = the batch indices by decreasing length, equal lengths in index order
+ * (a stable bottom-up merge sort, O(B log B) whatever the lengths' order);
+ * tmp: B more indices. */
+static void order_by_length(const int64_t* len, int64_t B, int32_t* ord, int32_t* tmp) {
+  int32_t *src = ord, *dst = tmp;
+  for (int64_t b = 0; b < B; b++) ord[b] = (int32_t)b;
+  for (int64_t w = 1; w < B; w *= 2) {
+    for (int64_t lo = 0; lo < B; lo += 2 * w) {
+      const int64_t mid = lo + w < B ? lo + w : B, hi = lo + 2 * w < B ? lo + 2 * w : B;
+      int64_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) dst[k++] = len[src[j]] > len[src[i]] ? src[j++] : src[i++];
+      while (i < mid) dst[k++] = src[i++];
+      while (j < hi) dst[k++] = src[j++];
+    }
+    int32_t* t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != ord) memcpy(ord, src, (size_t)B * sizeof(int32_t));
+}
+
 kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   return m && m->borrowed ? KL_ERR_ARG : kl_lstm_run_views(m, a, NULL);
 }
@@ -744,7 +765,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   size_t inter_cap[2] = {0, 0};
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
-  int32_t* ord = malloc((size_t)B * sizeof(int32_t));
+  int32_t* ord = malloc(2 * (size_t)B * sizeof(int32_t)); /* the order, then order_by_length's buffer */
   /* a per-step barrier per (direction, chunk group), then one for all threads */
   const split_plan sp = plan_split(threads_per_direction(nth, D), B, Hp);
   const size_t nbar = (size_t)D * (size_t)sp.cg + 1;
@@ -782,12 +803,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     if (!(inter[i] = kl_scratch_take(TB * DR * esz, &inter_cap[i]))) goto done;
 
   for (int64_t b = 0; b < B; b++) len[b] = a->lengths ? a->lengths[b] : T;
-  /* stable insertion sort by decreasing length (B is small in practice) */
-  for (int64_t b = 0; b < B; b++) {
-    int64_t j = b;
-    while (j > 0 && len[ord[j - 1]] < len[b]) { ord[j] = ord[j - 1]; j--; }
-    ord[j] = (int32_t)b;
-  }
+  order_by_length(len, B, ord, ord + B);
 
   run_ctx x = {.m = m, .T = T, .B = B, .len = len, .ord = ord, .xb = xb,
                .bar = bar, .gbar = bar + nbar - 1, .rows = rows, .ptrs = ptrs, .mine = mine};
