@@ -91,3 +91,62 @@ def test_ascending_lengths_cost_what_descending_do():
     y_up, (h_up, c_up) = m(x, lengths=up, num_threads=1)
     y_dn, (h_dn, c_dn) = m(x[:, perm], lengths=up[perm], num_threads=1)
     assert np.array_equal(y_up[:, perm], y_dn) and np.array_equal(h_up[:, perm], h_dn)
+
+
+# --------------------------------------------------------------------------------------
+# outputs may not overlap each other or the inputs
+# --------------------------------------------------------------------------------------
+def _small_call(T=5, B=3, I=4, H=6, seed=0):
+    rng = np.random.default_rng(seed)
+    w = [rng.uniform(-.4, .4, s).astype(np.float32) for s in ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    h0 = rng.standard_normal((1, B, H)).astype(np.float32)
+    c0 = rng.standard_normal((1, B, H)).astype(np.float32)
+    return x, h0, c0, w
+
+
+def _fwd(x, h0, c0, w, y, h_n, c_n):
+    kl._core.forward(x, None, h0, c0, w, y, h_n, c_n, num_layers=1, bidirectional=False,
+                     has_bias=True, num_threads=1)
+
+
+def test_overlapping_outputs_are_rejected():
+    from numpy.lib.stride_tricks import as_strided
+    T, B, H = 5, 3, 6
+    x, h0, c0, w = _small_call(T, B, H=H)
+    y, h_n, c_n = np.empty((T, B, H), np.float32), np.empty((1, B, H), np.float32), np.empty((1, B, H), np.float32)
+    _fwd(x, h0, c0, w, y, h_n, c_n)
+    want = y.copy(), h_n.copy(), c_n.copy()
+
+    # disjoint parts of one buffer are fine, with the same bits
+    buf = np.full(T * B * H + 2 * B * H + 7, np.nan, np.float32)
+    y2 = buf[:T * B * H].reshape(T, B, H)
+    h2 = buf[T * B * H:T * B * H + B * H].reshape(1, B, H)
+    c2 = buf[T * B * H + B * H:T * B * H + 2 * B * H].reshape(1, B, H)
+    _fwd(x, h0, c0, w, y2, h2, c2)
+    assert all(np.array_equal(a, b) for a, b in zip((y2, h2, c2), want))
+
+    def rejected(y_, h_, c_, match, x_=x, h0_=h0, c0_=c0, w_=w):
+        with pytest.raises(ValueError, match=match):
+            _fwd(x_, h0_, c0_, w_, y_, h_, c_)
+
+    rejected(y, h_n, h_n, "h_n and c_n overlap")
+    rejected(y, y.reshape(-1)[5:5 + B * H].reshape(1, B, H), c_n, "y and h_n overlap")
+    rejected(y, h_n, y[1:2], "y and c_n overlap")
+    # outputs over inputs
+    xs = np.zeros((T, B, H), np.float32)
+    xs[..., :4] = x
+    rejected(xs, h_n, c_n, "y and x overlap", x_=xs[..., :4])
+    rejected(y, h0, c_n, "h_n and h0 overlap")
+    rejected(y, h_n, c0, "c_n and c0 overlap")
+    wbig = [a.copy() for a in w]
+    rejected(y, h_n, wbig[1].reshape(-1)[:B * H].reshape(1, B, H), "c_n and weights\\[1\\] overlap", w_=wbig)
+    # y whose rows overlap one another: zero, negative and too small strides
+    zb = np.empty(B * H, np.float32)
+    rejected(as_strided(zb, (T, B, H), (0, 4 * H, 4), writeable=True), h_n, c_n, "y.*stride")
+    rejected(as_strided(zb, (T, B, H), (4 * H, 0, 4), writeable=True), h_n, c_n, "y.*stride")
+    rejected(np.empty((T, B, H), np.float32)[::-1], h_n, c_n, "y.*stride")
+    rb = np.empty(T * B * H, np.float32)
+    rejected(as_strided(rb, (T, B, H), (4 * B * H, 4 * (H - 1), 4), writeable=True), h_n, c_n, "y.*overlap")
+    rejected(as_strided(rb, (T, B, H), (4 * B * H // 2, 4 * H, 4), writeable=True), h_n, c_n, "y.*overlap")
+    assert np.array_equal(y, want[0])  # nothing written by a rejected call
