@@ -150,3 +150,49 @@ def test_overlapping_outputs_are_rejected():
     rejected(as_strided(rb, (T, B, H), (4 * B * H, 4 * (H - 1), 4), writeable=True), h_n, c_n, "y.*overlap")
     rejected(as_strided(rb, (T, B, H), (4 * B * H // 2, 4 * H, 4), writeable=True), h_n, c_n, "y.*overlap")
     assert np.array_equal(y, want[0])  # nothing written by a rejected call
+
+
+# --------------------------------------------------------------------------------------
+# one cap on every thread count, in C
+# --------------------------------------------------------------------------------------
+def test_every_count_is_capped_in_the_engine():
+    # Counts that reach the C engine without the Python rules (a raw _core call, the
+    # environment default, tvm-ffi configs) used to start that many threads.
+    r = run_python("""
+        import os
+        import numpy as np
+        from kokoro_lstm import _core
+        def threads():
+            return len(os.listdir("/proc/self/task"))
+        T, B, I, H = 4, 64, 8, 16
+        x = np.ones((T, B, I), np.float32)
+        w = [np.full((4 * H, I), .01, np.float32), np.full((4 * H, H), .01, np.float32)]
+        def call(n):
+            y = np.empty((T, B, H), np.float32)
+            _core.forward(x, None, None, None, w, y, None, None, num_layers=1,
+                          bidirectional=False, has_bias=False, num_threads=n)
+            return y
+        want = call(1)
+        base = threads()
+        print(_core.get_num_threads())
+        _core.set_num_threads(0)          # back to the environment's default
+        print(_core.get_num_threads())
+        assert np.array_equal(call(512), want) and np.array_equal(call(0), want)
+        print(threads() - base)
+    """, env={"KOKORO_LSTM_MAX_THREADS": "3", "KOKORO_LSTM_NUM_THREADS": "64",
+              "KOKORO_LSTM_POOL": "own"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    synced, env_default, extra = map(int, r.stdout.split())
+    assert synced == 3 and env_default == 3
+    assert extra <= 2  # the pool's workers of a 3-thread call
+
+
+def test_bad_thread_env_warns_instead_of_failing_import():
+    r = run_python("""
+        import kokoro_lstm
+        print(kokoro_lstm.get_num_threads())
+    """, env={"KOKORO_LSTM_NUM_THREADS": "abc", "KOKORO_LSTM_MAX_THREADS": "2"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["2"]
+    lines = [ln for ln in r.stderr.splitlines() if "KOKORO_LSTM_NUM_THREADS" in ln]
+    assert len(lines) >= 1 and "RuntimeWarning" in lines[0] and "ignored" in lines[0]

@@ -731,8 +731,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   const int D = m->D, nl = m->desc.num_layers;
   const size_t esz = m->esz, R = m->R, Rs = m->Rs, H = m->H, Hp = m->Hp;
   const size_t DR = (size_t)D * R, ldg = (size_t)D * 4 * Hp;
-  int nth = a->num_threads;
-  if (nth > KL_MAX_THREADS) nth = KL_MAX_THREADS; /* as kl_pool_run: the plan must match */
+  int nth = kl_threads_cap(a->num_threads); /* the plan below is made for this count */
   /* A short call of a small batch: threads beyond the recurrence's own
    * (D x UNIT_SPLIT_SMALL) would only share an input GEMM of fewer than
    * SHORT_CALL_ROWS rows, and cost more to wake and synchronize than they save

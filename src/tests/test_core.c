@@ -2100,6 +2100,28 @@ done:
 
 /* The kept work buffers: best fit, at most KL_SCRATCH_KEEP kept, all freed by
  * kl_cache_clear (ASan checks that nothing leaks or is freed twice). */
+/* Every count is capped at kl_max_threads(): KOKORO_LSTM_MAX_THREADS, else the
+ * usable CPUs; the environment's default and kl_set_num_threads's value too. */
+static void test_thread_cap(void) {
+  setenv("KOKORO_LSTM_MAX_THREADS", "3", 1);
+  setenv("KOKORO_LSTM_NUM_THREADS", "64", 1);
+  check(kl_max_threads() == 3 && kl_get_num_threads() == 3,
+        "[threads] KOKORO_LSTM_NUM_THREADS=64 capped at KOKORO_LSTM_MAX_THREADS=3 (got %d)",
+        kl_get_num_threads());
+  kl_set_num_threads(500);
+  check(kl_get_num_threads() == 3, "[threads] kl_set_num_threads(500) capped at 3 (got %d)",
+        kl_get_num_threads());
+  kl_set_num_threads(0);
+  setenv("KOKORO_LSTM_NUM_THREADS", "abc", 1);
+  unsetenv("KOKORO_LSTM_MAX_THREADS");
+  const int cap = kl_max_threads();
+  check(cap >= 1 && cap <= 512 && kl_get_num_threads() == cap,
+        "[threads] without KOKORO_LSTM_MAX_THREADS the cap is the usable CPUs (%d), an invalid "
+        "KOKORO_LSTM_NUM_THREADS is ignored", cap);
+  unsetenv("KOKORO_LSTM_NUM_THREADS");
+  setenv("KOKORO_LSTM_MAX_THREADS", "64", 1); /* the other tests run up to 16 threads */
+}
+
 static void test_scratch(void) {
   kl_cache_clear();
   size_t cap[5];
@@ -2137,6 +2159,10 @@ int main(void) {
             kl_dtype_io_size(KL_F16) == 4 && kl_dtype_io_size(KL_F64) == 8,
         "[api] kl_dtype_io_size: float32 4, bfloat16 4, float16 4, float64 8");
 
+  /* the tests run up to 16 threads whatever the machine's cores (results never
+   * depend on the count) */
+  setenv("KOKORO_LSTM_MAX_THREADS", "64", 0);
+  test_thread_cap();
   test_bad_args();
   test_gate_args();
   test_scratch();
