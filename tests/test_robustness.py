@@ -196,3 +196,62 @@ def test_bad_thread_env_warns_instead_of_failing_import():
     assert r.stdout.split() == ["2"]
     lines = [ln for ln in r.stderr.splitlines() if "KOKORO_LSTM_NUM_THREADS" in ln]
     assert len(lines) >= 1 and "RuntimeWarning" in lines[0] and "ignored" in lines[0]
+
+
+# --------------------------------------------------------------------------------------
+# cache ownership: one token per live object, never pickled or copied
+# --------------------------------------------------------------------------------------
+def test_unpickled_lstm_leaves_no_stale_entry():
+    # An LSTM pickled in one process and loaded in another carried its owner token
+    # (a per-process counter) and got no finalizer: its trusted cache entry outlived
+    # it, and a new LSTM of the same shape whose weights landed at the same addresses
+    # (same token from the fresh counter) got the dead one's outputs bit for bit.
+    import base64
+    import pickle
+    a = kl.LSTM(3, 4, bidirectional=True)
+    blob = base64.b64encode(pickle.dumps(a)).decode()
+    shapes = {k: v.shape for k, v in a.state_dict().items()}
+    r = run_python(f"""
+        import base64, gc, pickle
+        import numpy as np
+        import kokoro_lstm as kl
+        from kokoro_lstm import reference
+        x = np.random.default_rng(1).standard_normal((6, 2, 3)).astype(np.float32)
+        rng = np.random.default_rng(2)
+        sd = {{k: rng.uniform(-.5, .5, s).astype(np.float32) for k, s in {shapes!r}.items()}}
+        b = pickle.loads(base64.b64decode("{blob}"))
+        yb = b(x)[0]
+        addrs = sorted(w.ctypes.data for w in b._weights)
+        del b
+        c = kl.LSTM.from_state_dict(sd)  # the first LSTM made here
+        # (the case needs c's weights where b's were: say so if the allocator moved)
+        print("reused" if sorted(w.ctypes.data for w in c._weights) == addrs else "moved")
+        yc = c(x)[0]
+        want = kl.LSTM.from_state_dict(sd)(x.astype(np.float64).astype(np.float32))[0]
+        print("stale" if np.array_equal(yc, yb) else "fresh")
+        print("ok" if np.allclose(yc, want, atol=1e-6) else "wrong")
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[1:] == ["fresh", "ok"], r.stdout
+
+
+def test_copies_and_unpickled_objects_own_their_entries():
+    import copy
+    import gc
+    import pickle
+    x = np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32)
+    kl.clear_cache()
+    a = kl.LSTM(3, 4)
+    want = a(x)[0]
+    copies = [copy.copy(a), copy.deepcopy(a), pickle.loads(pickle.dumps(a))]
+    tokens = {a._owner} | {c._owner for c in copies}
+    assert len(tokens) == 4 and 0 not in tokens  # a fresh token each
+    assert "_owner" not in a.__getstate__()
+    assert all(np.array_equal(c(x)[0], want) for c in copies)
+    assert kl.cache_info()["entries"] == 4
+    # each dies with its entries, whatever the others do
+    for n in (3, 2, 1):
+        copies.pop()
+        gc.collect()
+        assert kl.cache_info()["entries"] == n
+    assert np.array_equal(a(x)[0], want)
