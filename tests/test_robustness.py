@@ -255,3 +255,42 @@ def test_copies_and_unpickled_objects_own_their_entries():
         gc.collect()
         assert kl.cache_info()["entries"] == n
     assert np.array_equal(a(x)[0], want)
+
+
+# --------------------------------------------------------------------------------------
+# the weight cache is bounded in bytes
+# --------------------------------------------------------------------------------------
+def test_cache_bytes_are_bounded():
+    # Entries keyed on addresses outlive the weights they were packed from (nothing
+    # tells the engine that an array was freed): up to 64 of them, of any size, stayed
+    # until clear_cache(). The bytes are capped (KOKORO_LSTM_CACHE_MB), unused entries
+    # going least recently used first; the newest entry always stays.
+    r = run_python("""
+        import gc
+        import numpy as np
+        import kokoro_lstm as kl
+        H, I = 128, 8
+        x = np.ones((3, 2, I), np.float32)
+        rng = np.random.default_rng(0)
+        def weights():
+            return [rng.uniform(-.1, .1, s).astype(np.float32) for s in ((4 * H, I), (4 * H, H))]
+        keep = weights()
+        want = kl.lstm_forward(x, *keep)[0]
+        one = kl.cache_info()["bytes"]
+        for _ in range(12):  # weights packed once, then freed
+            kl.lstm_forward(x, *weights())
+            gc.collect()
+        info = kl.cache_info()
+        print(one, info["bytes"], info["entries"])
+        assert np.array_equal(kl.lstm_forward(x, *keep)[0], want)
+        big = [np.zeros((4 * 1024, 8), np.float32), np.zeros((4 * 1024, 1024), np.float32)]
+        kl.lstm_forward(x[..., :8], *big)  # alone over the cap: kept while newest
+        kl.lstm_forward(x[..., :8], *big)
+        info = kl.cache_info()
+        print(info["entries"], info["hits"] >= 1)
+    """, env={"KOKORO_LSTM_CACHE_MB": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    one, total, entries = map(int, lines[0].split())
+    assert 0 < one and total <= (1 << 20) and entries == (1 << 20) // one, lines
+    assert lines[1] == "1 True", lines

@@ -179,7 +179,10 @@ kl_status kl_lstm_forward(const kl_forward_args* args);
 /* The message of this thread's last failed kl_lstm_forward (or ""). */
 const char* kl_last_error(void);
 
-/* Weight cache: drop every entry not in use; counters since start or clear. */
+/* Weight cache: at most 64 entries and KOKORO_LSTM_CACHE_MB MiB of packed weights
+ * (default 1024, read once); entries no call is using leave least recently used
+ * first, the most recently used one always stays. Drop every entry not in use;
+ * counters since start or clear. */
 typedef struct kl_cache_stats {
   int64_t entries, bytes, hits, misses, repacks;
   int64_t scratch_bytes; /* calls' large work buffers kept for the next calls */
