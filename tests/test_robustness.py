@@ -294,3 +294,34 @@ def test_cache_bytes_are_bounded():
     one, total, entries = map(int, lines[0].split())
     assert 0 < one and total <= (1 << 20) and entries == (1 << 20) // one, lines
     assert lines[1] == "1 True", lines
+
+
+# --------------------------------------------------------------------------------------
+# Ctrl-C stops a long call
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layers,bidirectional,nth", [(1, False, 1), (1, True, 2), (2, False, 2)])
+def test_keyboard_interrupt_stops_a_long_call(layers, bidirectional, nth):
+    # SIGINT used to be raised only when the call returned: the binding now runs
+    # Python's signal handlers during the call (between layers and every 64 steps,
+    # at most every 100 ms) and the engine stops at a step boundary.
+    r = run_python(f"""
+        import os, signal, threading, time
+        import numpy as np
+        import kokoro_lstm as kl
+        m = kl.LSTM(8, 256, num_layers={layers}, bidirectional={bidirectional})
+        x = np.ones((100000, 1, 8), np.float32)
+        t0 = time.perf_counter()
+        want = m(x, num_threads={nth})[0]
+        full = time.perf_counter() - t0
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.perf_counter()
+        try:
+            m(x, num_threads={nth})
+            print("returned", full, time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            print("interrupted", full, time.perf_counter() - t0)
+        assert np.array_equal(m(x, num_threads={nth})[0], want)  # the next call is whole
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    what, full, took = r.stdout.split()
+    assert what == "interrupted" and float(full) > 1.0 and float(took) < 0.6, r.stdout

@@ -333,7 +333,8 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                           a->h0 ? data_of(a->h0) : NULL, a->c0 ? data_of(a->c0) : NULL,
                           a->h_n ? (char*)a->h_n->data + a->h_n->byte_offset : NULL,
                           a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth,
-                          a->x_gates, a->gate_bias ? data_of(a->gate_bias) : NULL};
+                          a->x_gates, a->gate_bias ? data_of(a->gate_bias) : NULL,
+                          a->interrupt, a->interrupt_ctx};
   /* a cached entry: run, then confirm its weights did not change (else repack, rerun) */
   entry = kl_cache_find(key, key_len);
   if (entry) {

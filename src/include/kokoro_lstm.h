@@ -32,6 +32,7 @@ typedef enum kl_status {
   KL_ERR_ARG = 1,    /* an argument is out of range or inconsistent */
   KL_ERR_NOMEM = 2,  /* an allocation failed */
   KL_ERR_THREAD = 3, /* a thread could not be created */
+  KL_ERR_INTERRUPTED = 4, /* the caller's interrupt callback stopped the run */
 } kl_status;
 
 const char* kl_status_str(kl_status s);
@@ -99,7 +100,15 @@ typedef struct kl_run_args {
    *   that is constant over time, folded once per call). */
   int x_gates;
   const void* gate_bias;
+  /* NULL, or asked on the calling thread before each layer and every
+   * KL_INTERRUPT_STEPS steps of the recurrence: nonzero stops the run at a
+   * step boundary, which then returns KL_ERR_INTERRUPTED with the outputs
+   * unspecified (e.g. a Python binding checking for signals). Never changes
+   * the results of a run it does not stop. */
+  int (*interrupt)(void* ctx);
+  void* interrupt_ctx;
 } kl_run_args;
+#define KL_INTERRUPT_STEPS 64
 
 kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
 
@@ -172,6 +181,8 @@ typedef struct kl_forward_args {
   uint64_t owner;                /* 0, or a token unique to the weights' owner */
   const DLTensor* gate_bias;     /* [D, B, 4H] or NULL (see above) */
   int x_gates;                   /* 0 or 1 (see above) */
+  int (*interrupt)(void* ctx);   /* NULL, or as kl_run_args.interrupt */
+  void* interrupt_ctx;
 } kl_forward_args;
 
 kl_status kl_lstm_forward(const kl_forward_args* args);

@@ -8,6 +8,7 @@
 #include <numpy/arrayobject.h>
 #include <dlfcn.h>
 #include <string.h>
+#include <time.h>
 
 #include "kl_tvm.h"
 #include "kokoro_lstm.h"
@@ -94,6 +95,38 @@ static int to_dltensor(PyObject* obj, const char* name, int writable, tensor_arg
   a->t = *src;
   a->capsule = cap;
   return 1;
+}
+
+/* Ctrl-C during a long call: the engine asks py_interrupt on the calling thread
+ * between layers and every KL_INTERRUPT_STEPS steps; at most every
+ * INTERRUPT_POLL_NS it takes the GIL and runs Python's signal handlers, and a
+ * handler's exception (KeyboardInterrupt) stops the run and is raised by the
+ * call. Only the main thread runs signal handlers, so calls on other threads
+ * pass no callback; calls shorter than INTERRUPT_POLL_NS never take the GIL. */
+#define INTERRUPT_POLL_NS 100000000LL
+static unsigned long g_main_thread; /* threading.main_thread().ident at import */
+
+typedef struct {
+  long long next_ns;
+  int raised;
+} interrupt_state;
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int py_interrupt(void* ctx) {
+  interrupt_state* st = ctx;
+  if (st->raised) return 1;
+  const long long t = now_ns();
+  if (t < st->next_ns) return 0;
+  st->next_ns = t + INTERRUPT_POLL_NS;
+  PyGILState_STATE g = PyGILState_Ensure();
+  st->raised = PyErr_CheckSignals() < 0; /* the exception stays set on this thread */
+  PyGILState_Release(g);
+  return st->raised;
 }
 
 static int parse_dtype(const char* name, kl_dtype* dt) {
@@ -187,10 +220,16 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   fa.gate_bias = ptr[7];
   fa.weights = wp;
   fa.num_weights = (int)nw;
+  interrupt_state ist = {now_ns() + INTERRUPT_POLL_NS, 0};
+  if (g_main_thread && PyThread_get_thread_ident() == g_main_thread) {
+    fa.interrupt = py_interrupt;
+    fa.interrupt_ctx = &ist;
+  }
   kl_status s;
   Py_BEGIN_ALLOW_THREADS
   s = kl_lstm_forward(&fa);
   Py_END_ALLOW_THREADS
+  if (ist.raised) goto done; /* the signal handler's exception */
   if (s != KL_OK) {
     PyObject* exc = s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError
                                                                            : PyExc_RuntimeError;
@@ -504,5 +543,16 @@ __attribute__((visibility("default"))) int kokoro_lstm_get_num_threads(void) {
 
 PyMODINIT_FUNC PyInit__core(void) {
   import_array();
+  PyObject* threading = PyImport_ImportModule("threading");
+  PyObject* main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+  PyObject* ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+  g_main_thread = ident ? PyLong_AsUnsignedLong(ident) : 0;
+  if (PyErr_Occurred()) { /* no interrupt checks then; the module still loads */
+    PyErr_Clear();
+    g_main_thread = 0;
+  }
+  Py_XDECREF(ident);
+  Py_XDECREF(main);
+  Py_XDECREF(threading);
   return PyModule_Create(&moduledef);
 }
