@@ -16,7 +16,9 @@ A call runs with ``effective(requested)`` threads:
    capped, not refused (results are bitwise identical for any count).
 
 Counts must be integers in 1..2**31-1; anything else (bools, floats, 0, 2**31) is a
-ValueError naming the argument or environment variable.
+ValueError naming the argument; an environment variable that is not such a count is
+ignored with a RuntimeWarning naming it. The C engine caps every count that reaches it
+the same way (``kl_max_threads``), also in processes without this module.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numbers
 import os
 import sys
 import threading
+import warnings
 
 __all__ = ["set_num_threads", "get_num_threads", "effective", "check_count", "sync_engine",
            "usable_cores", "cgroup_cpu_limit", "max_threads", "register_threadpoolctl"]
@@ -74,6 +77,17 @@ def _env_count(var):
         shown = raw if len(raw) <= 40 else raw[:37] + "..."
         raise ValueError(f"{var} must be an integer in 1..{INT_MAX}, got {shown!r}")
     return n
+
+
+def _env_setting(var):
+    """_env_count for the count rules: a value that is not a count is ignored with a
+    one-line RuntimeWarning naming it, as the C engine ignores it (a bad variable must
+    not break ``import kokoro_lstm`` or every call)."""
+    try:
+        return _env_count(var)
+    except ValueError as e:
+        warnings.warn(f"{e}; ignored", RuntimeWarning, stacklevel=3)
+        return None
 
 
 # ---- usable cores --------------------------------------------------------------------
@@ -165,7 +179,7 @@ def max_threads() -> int:
     """The cap on every count: ``KOKORO_LSTM_MAX_THREADS`` if set (for tests that want
     more threads than cores), else :func:`usable_cores`; never above 512, the pool's
     maximum."""
-    env = _env_count(ENV_MAX_THREADS)
+    env = _env_setting(ENV_MAX_THREADS)
     return min(POOL_MAX, env if env is not None else usable_cores())
 
 
@@ -186,7 +200,7 @@ def set_num_threads(n) -> None:
 def _requested_default():
     if _set_value is not None:
         return _set_value
-    env = _env_count(ENV_NUM_THREADS)
+    env = _env_setting(ENV_NUM_THREADS)
     if env is not None:
         return env
     n = usable_cores()

@@ -9,6 +9,7 @@ checks what it needs for that, with messages that name the argument.
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
 import itertools
@@ -230,11 +231,40 @@ class LSTM:
             _weights = self._random_weights()
         self._state = _weights
         self._weights = self._engine_weights()
-        # The weights are private to this object (state_dict() returns copies), so the
-        # engine may trust its packed copy without the per-call staleness check; the
-        # owner token keys the cache entry to this object, which frees it when it dies.
+        self._adopt()
+
+    # -- cache ownership -----------------------------------------------------
+    # The weights are private to this object (state_dict() returns copies), so the
+    # engine may trust its packed copy without the per-call staleness check. The
+    # owner token keys that cache entry to this live object alone: minted here for
+    # each object (also for copies and unpickled objects, never carried over), and
+    # dropped with the object's entries when it dies. A carried token could equal a
+    # token minted later in another process (or be shared by a copy), and its entry,
+    # left without a finalizer, would be hit by an object whose weights reuse the
+    # dead one's addresses.
+    def _adopt(self) -> None:
         self._owner = next(_owner_tokens)
         weakref.finalize(self, _core.cache_drop_owner, self._owner)
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_owner"}
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._adopt()
+
+    def __copy__(self) -> LSTM:
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__getstate__())
+        new._adopt()
+        return new
+
+    def __deepcopy__(self, memo) -> LSTM:
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__getstate__(), memo))
+        new._adopt()
+        return new
 
     # -- construction --------------------------------------------------------
     @property

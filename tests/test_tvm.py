@@ -395,6 +395,29 @@ def test_native_function_errors_name_the_argument():
         f(tvm_ffi.Shape(cfg), *args[:-1])
 
 
+@pytest.mark.parametrize("index,name,value", [
+    (1, "num_layers", 2**32 + 1), (1, "num_layers", 0), (2, "num_directions", 2**32 + 1),
+    (3, "has_lengths", 2), (4, "has_hx", -1), (5, "batch_first", 2**32), (6, "proj_size", 2**32),
+    (6, "proj_size", -1), (7, "has_bias", 2**32 + 1), (8, "constant_weights", 3),
+    (9, "dtype", 7), (9, "dtype", 2**32), (10, "num_threads", 2**31), (10, "num_threads", -1),
+    (11, "reverse", 2**33), (12, "has_gate_bias", 2), (13, "x_gates", 2**32 + 1)])
+def test_native_config_values_are_range_checked(index, name, value):
+    """Every config value is checked before it is narrowed to an int: 2**32 + 1 layers
+    used to run as one layer, dtype code 7 as float32."""
+    import tvm_ffi
+
+    f = tvm_ffi.get_global_func(kt.NATIVE_FUNC_NAME)
+    T_, B_, I_, H_ = 3, 2, 4, 5
+    t = lambda *shape: tvm.runtime.tensor(np.zeros(shape, "float32"))
+    cfg = [2, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0]
+    args = [t(T_, B_, I_), t(4 * H_, I_), t(4 * H_, H_), t(4 * H_), t(4 * H_),
+            t(T_, B_, H_), t(1, B_, H_), t(1, B_, H_)]
+    f(tvm_ffi.Shape(cfg), *args)  # valid
+    cfg[index] = value
+    with pytest.raises(ValueError, match=name):
+        f(tvm_ffi.Shape(cfg), *args)
+
+
 # Blocks every import of kokoro_lstm in a subprocess: an exported native library must
 # run there, with only TVM's runtime (the engine is linked into the library).
 _BLOCK_KOKORO = """
@@ -586,3 +609,19 @@ def test_bench_script_json(tmp_path):
                     "--out", str(out)], check=True, capture_output=True, cwd=ROOT, timeout=300)
     rows = json.loads(out.read_text())["rows"]
     assert {r["method"] for r in rows} >= {"native", "tir", "kokoro_lstm (direct)"}
+
+
+@pytest.mark.parametrize("nth", [2**32 + 1, 2**31, -1])
+def test_dense_config_num_threads_is_range_checked(nth):
+    """A dense function's num_threads is checked before it is narrowed to an int
+    (2**32 + 1 used to run as 1 thread, negative counts as the default)."""
+    import tvm_ffi
+    from kokoro_lstm.tvm import _dense
+
+    f = tvm_ffi.get_global_func(_dense.SOFTMAX_FUNC)
+    x = tvm.runtime.tensor(np.ones((2, 3), "float32"))
+    y = tvm.runtime.tensor(np.zeros((2, 3), "float32"))
+    f(tvm_ffi.Shape([_dense.ABI_VERSION, 1]), x, y)  # valid
+    assert np.allclose(y.numpy(), 1 / 3)
+    with pytest.raises(ValueError, match="num_threads"):
+        f(tvm_ffi.Shape([_dense.ABI_VERSION, nth]), x, y)

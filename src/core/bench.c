@@ -33,6 +33,7 @@ static void sgemm_task(void* ctx, int ith, int nth) {
 
 double kl_bench_sgemm(int M, int N, int K, int nth, int reps) {
   if (M < 1 || N < 1 || K < 1 || nth < 1 || reps < 1) return -1.0;
+  nth = kl_threads_cap(nth);
   float* A = calloc((size_t)M * (size_t)K, sizeof(float));
   float* B = calloc((size_t)N * (size_t)K, sizeof(float));
   float* C = calloc((size_t)M * (size_t)N, sizeof(float));
@@ -79,6 +80,7 @@ double kl_bench_stream(size_t nbytes, int reps) {
 
 double kl_bench_fingerprint(size_t nbytes, int nth, int reps) {
   if (nbytes < 64 || nth < 1 || reps < 1) return -1.0;
+  nth = kl_threads_cap(nth);
   unsigned char* buf = aligned_alloc(64, kl_round_up(nbytes, 64));
   if (!buf) return -1.0;
   for (size_t i = 0; i < nbytes; i++) buf[i] = (unsigned char)(i * 131u);

@@ -22,6 +22,10 @@
 #include "kl_cuda.h"
 
 #define KL_CACHE_CAPACITY 64
+/* The packed bytes the table keeps: KOKORO_LSTM_CACHE_MB (MiB, read once) or this.
+ * Entries of weights that were freed cannot be told from live ones, so the bytes
+ * are bounded as well as the entries. */
+#define KL_CACHE_DEFAULT_BYTES ((int64_t)1024 << 20)
 
 struct kl_centry {
   int64_t* key;
@@ -48,11 +52,21 @@ static struct {
   size_t cap;
 } g_scratch[KL_SCRATCH_SLOTS]; /* kept work buffers (kl_scratch_take), under g_lock */
 
+static int64_t g_max_bytes = KL_CACHE_DEFAULT_BYTES;
+
 static void atfork_prepare(void) { pthread_mutex_lock(&g_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
 static void atfork_child(void) { pthread_mutex_unlock(&g_lock); }
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static void install_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+static void install_atfork(void) {
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  const char* env = getenv("KOKORO_LSTM_CACHE_MB"); /* a count of MiB; anything else: the default */
+  if (env && *env) {
+    char* end;
+    const long long mb = strtoll(env, &end, 10);
+    if (*end == 0 && mb >= 0 && mb <= ((long long)1 << 40)) g_max_bytes = (int64_t)mb << 20;
+  }
+}
 
 static void entry_free(kl_centry* e) {
   if (e->ka.release) e->ka.release(e->ka.handle);
@@ -73,6 +87,30 @@ static void remove_locked(int i) {
   if (unref_locked(e)) entry_free(e); /* nobody else holds it: safe under the lock */
 }
 
+/* Removes the least recently used entry other than the most recently used one,
+ * among those no call is using if any_entry is 0; returns 0 if there is none.
+ * Caller holds g_lock. */
+static int evict_lru_locked(int any_entry) {
+  int lru = -1;
+  for (int j = 0; j < g_n; j++) {
+    const kl_centry* e = g_table[j];
+    if (e->last_use == g_clock || (!any_entry && e->refs > 1)) continue;
+    if (lru < 0 || e->last_use < g_table[lru]->last_use) lru = j;
+  }
+  if (lru < 0) return 0;
+  remove_locked(lru);
+  return 1;
+}
+
+/* Within the byte cap: unused entries go, least recently used first. The most
+ * recently used entry stays (else a call whose weights alone exceed the cap
+ * would repack every time), as do entries in use, until their calls release
+ * them. Caller holds g_lock. */
+static void shrink_locked(void) {
+  while (g_stats.bytes > g_max_bytes && evict_lru_locked(0)) {
+  }
+}
+
 static int find_locked(const int64_t* key, size_t len) {
   for (int i = 0; i < g_n; i++)
     if (g_table[i]->key_len == len && memcmp(g_table[i]->key, key, len * sizeof(int64_t)) == 0)
@@ -84,6 +122,7 @@ void kl_cache_release(kl_centry* e) {
   if (!e) return;
   pthread_mutex_lock(&g_lock);
   const int last = unref_locked(e);
+  shrink_locked(); /* entries kept over the cap while in use */
   pthread_mutex_unlock(&g_lock);
   if (last) entry_free(e);
 }
@@ -167,18 +206,15 @@ kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* 
   pthread_mutex_lock(&g_lock);
   const int old = find_locked(key, key_len); /* another thread packed the same meanwhile */
   if (old >= 0) remove_locked(old);
-  if (g_n == KL_CACHE_CAPACITY) { /* evict the least recently used */
-    int lru = 0;
-    for (int j = 1; j < g_n; j++)
-      if (g_table[j]->last_use < g_table[lru]->last_use) lru = j;
-    remove_locked(lru);
-  }
+  /* a free slot: the least recently used entry no call is using, else any */
+  if (g_n == KL_CACHE_CAPACITY && !evict_lru_locked(0)) evict_lru_locked(1);
   n->refs++;
   n->in_table = 1;
   n->last_use = ++g_clock;
   g_table[g_n++] = n;
   g_stats.entries++;
   g_stats.bytes += (int64_t)kl_lstm_packed_bytes(n->m);
+  shrink_locked();
   pthread_mutex_unlock(&g_lock);
   *out = n;
   return KL_OK;

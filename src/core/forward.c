@@ -113,6 +113,74 @@ static kl_status check_compact(const DLTensor* t, const char* name) {
   return is_compact(t) ? KL_OK : fail("%s must be contiguous (row-major)", name);
 }
 
+/* The bytes t may touch: [*lo, *hi), from its shape and strides (dimensions of
+ * size 1 do not move); 0 when it is empty. */
+static int extent(const DLTensor* t, int64_t esz, uintptr_t* lo, uintptr_t* hi) {
+  int64_t a = 0, b = 0;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] == 0) return 0;
+    if (t->shape[i] == 1) continue;
+    const int64_t span = (t->shape[i] - 1) * stride_of(t, i);
+    if (span < 0) a += span; else b += span;
+  }
+  const uintptr_t base = (uintptr_t)data_of(t);
+  *lo = base + (uintptr_t)(a * esz);
+  *hi = base + (uintptr_t)((b + 1) * esz);
+  return 1;
+}
+
+/* y's (time, batch) rows of `row` elements must not overlap one another: both
+ * strides positive (where the size exceeds 1), the smaller at least a row, the
+ * larger at least the smaller's whole extent. */
+static kl_status check_y_rows(const DLTensor* y, int64_t row) {
+  int64_t n[2] = {y->shape[0], y->shape[1]}, s[2] = {stride_of(y, 0), stride_of(y, 1)};
+  for (int i = 0; i < 2; i++)
+    if (n[i] > 1 && s[i] < 1)
+      return fail("y: the strides of its first two dimensions must be positive, got (%lld, %lld)",
+                  (long long)s[0], (long long)s[1]);
+  if (n[0] <= 1 || n[1] <= 1) { /* one moving dimension (or none) */
+    const int i = n[0] > 1 ? 0 : 1;
+    if (n[i] > 1 && s[i] < row)
+      return fail("y: its rows overlap (stride %lld < %lld features)", (long long)s[i], (long long)row);
+    return KL_OK;
+  }
+  const int sm = s[0] <= s[1] ? 0 : 1, bg = 1 - sm;
+  if (s[sm] < row || s[bg] < n[sm] * s[sm])
+    return fail("y: its rows overlap (strides (%lld, %lld) for shape (%lld, %lld, %lld)); pass a "
+                "contiguous tensor", (long long)s[0], (long long)s[1], (long long)y->shape[0],
+                (long long)y->shape[1], (long long)y->shape[2]);
+  return KL_OK;
+}
+
+/* Outputs may not share memory with each other or with any input: y's zeros
+ * past a length are written before layer 0 reads x, and every output is written
+ * while the inputs may still be read. */
+static kl_status check_no_overlap(const kl_forward_args* a, int64_t esz) {
+  const DLTensor* out[3] = {a->y, a->h_n, a->c_n};
+  static const char* const out_name[3] = {"y", "h_n", "c_n"};
+  const DLTensor* in[5] = {a->x, a->h0, a->c0, a->lengths, a->gate_bias};
+  static const char* const in_name[5] = {"x", "h0", "c0", "lengths", "gate_bias"};
+  uintptr_t lo[3], hi[3], l2, h2;
+  int have[3];
+  for (int i = 0; i < 3; i++) have[i] = out[i] && extent(out[i], esz, &lo[i], &hi[i]);
+  for (int i = 0; i < 3; i++) {
+    if (!have[i]) continue;
+    for (int j = i + 1; j < 3; j++)
+      if (have[j] && lo[i] < hi[j] && lo[j] < hi[i])
+        return fail("%s and %s overlap in memory: outputs must not overlap each other or the inputs",
+                    out_name[i], out_name[j]);
+    for (int j = 0; j < 5; j++)
+      if (in[j] && extent(in[j], j == 3 ? 8 : esz, &l2, &h2) && lo[i] < h2 && l2 < hi[i])
+        return fail("%s and %s overlap in memory: outputs must not overlap each other or the inputs",
+                    out_name[i], in_name[j]);
+    for (int j = 0; j < a->num_weights; j++)
+      if (extent(a->weights[j], esz, &l2, &h2) && lo[i] < h2 && l2 < hi[i])
+        return fail("%s and weights[%d] overlap in memory: outputs must not overlap each other or "
+                    "the inputs", out_name[i], j);
+  }
+  return KL_OK;
+}
+
 static const char* const W_NAMES[5] = {"w_ih", "w_hh", "b_ih", "b_hh", "w_hr"};
 
 #define KEY_HEADER 11
@@ -277,6 +345,8 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
       }
     }
   }
+  if (B > 0 && (s = check_y_rows(a->y, D * R))) goto done;
+  if ((s = check_no_overlap(a, esz))) goto done;
   if (B == 0) {
     s = KL_OK;
     goto done;
@@ -292,13 +362,14 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
     s = kl_cuda_lstm_forward(&call, g_err, sizeof(g_err));
     goto done;
   }
-  const int nth = a->num_threads ? a->num_threads : kl_get_num_threads();
+  const int nth = kl_threads_cap(a->num_threads ? a->num_threads : kl_get_num_threads());
   const kl_run_args ra = {T, B, data_of(a->x), x_st, x_sb, (char*)a->y->data + a->y->byte_offset,
                           stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1),
                           a->h0 ? data_of(a->h0) : NULL, a->c0 ? data_of(a->c0) : NULL,
                           a->h_n ? (char*)a->h_n->data + a->h_n->byte_offset : NULL,
                           a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth,
-                          a->x_gates, a->gate_bias ? data_of(a->gate_bias) : NULL};
+                          a->x_gates, a->gate_bias ? data_of(a->gate_bias) : NULL,
+                          a->interrupt, a->interrupt_ctx};
   /* a cached entry: run, then confirm its weights did not change (else repack, rerun) */
   entry = kl_cache_find(key, key_len);
   if (entry) {

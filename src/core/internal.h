@@ -216,6 +216,10 @@ typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
  * runs i == 0. Returns KL_ERR_THREAD if workers could not be started. */
 #define KL_MAX_THREADS 512 /* kl_pool_run clamps nth to it; < 1024: nth travels in the low bits of gen */
 kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx);
+/* n in 1..kl_max_threads(): every count that enters the engine (an argument,
+ * the default, a config value) is capped with it once, where it enters, before
+ * any plan is made from it; kl_pool_run runs the count it is given. */
+int kl_threads_cap(int n);
 
 /* Barrier for a fixed group of n threads, each with its own index i < n: a
  * member announces its arrival in its own cache line (slot i) and waits until

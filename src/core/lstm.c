@@ -22,6 +22,7 @@
  *         internal.h's KL_PGEMM_NR, besides the borrowed or packed W_ih above
  */
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,8 @@ const char* kl_status_str(kl_status s) {
     case KL_ERR_ARG: return "invalid argument";
     case KL_ERR_NOMEM: return "out of memory";
     case KL_ERR_THREAD: return "could not start a thread";
+    case KL_ERR_INTERRUPTED: return "interrupted";
+    case KL_ERR_DEVICE: return "CUDA failure";
   }
   return "unknown status";
 }
@@ -344,6 +347,16 @@ typedef struct run_ctx {
   kl_cell_row* rows;   /* [nth][B] */
   const void** ptrs;   /* [nth][3B] */
   int32_t* mine;       /* [nth][B] */
+  /* stopping early (kl_run_args.interrupt): the caller's thread asks the
+   * callback and sets stop; each chunk group's unit thread 0 copies stop to
+   * gstop[its barrier] before the step's last barrier, so that all its
+   * threads leave after the same step (a thread that left alone would leave
+   * the others waiting at the next barrier) */
+  int (*interrupt)(void*);
+  void* interrupt_ctx;
+  pthread_t caller;
+  atomic_int* stop;
+  int* gstop; /* [D][cg] */
 } run_ctx;
 
 /* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T (ldb). */
@@ -491,8 +504,16 @@ static void run_direction(const run_ctx* x, int d, int gi, split_plan sp, int it
       if (by_units) kl_barrier_wait(bar, ui);
       m->k.proj(m->H, pb0, pb1, x->L->w_hr[d], nb, hin, hout);
     }
+    const int poll = s % KL_INTERRUPT_STEPS == KL_INTERRUPT_STEPS - 1;
+    if (poll) {
+      if (x->interrupt && !atomic_load(x->stop) && pthread_equal(pthread_self(), x->caller) &&
+          x->interrupt(x->interrupt_ctx))
+        atomic_store(x->stop, 1);
+      if (ui == 0) x->gstop[bar - x->bar] = atomic_load(x->stop);
+    }
     if (by_units) kl_barrier_wait(bar, ui);
     for (size_t i = 0; i < nb; i++) memcpy(dst[i], (const char*)hout[i] + o0 * esz, (o1 - o0) * esz);
+    if (poll && x->gstop[bar - x->bar]) break; /* read after the barrier: the same for all */
   }
 }
 
@@ -529,7 +550,7 @@ static void layer_task(void* ctx, int ith, int nth) {
   }
   if (x->Gw) input_gates(x, ith, nth);
   if (nth < D) { /* one thread: directions one after the other */
-    for (int d = 0; d < D; d++) run_direction(x, d, 0, (split_plan){1, 1}, ith);
+    for (int d = 0; d < D && !atomic_load(x->stop); d++) run_direction(x, d, 0, (split_plan){1, 1}, ith);
     return;
   }
   kl_barrier_wait(x->gbar, ith);
@@ -703,6 +724,27 @@ static void input_gates(const run_ctx* x, int ith, int nth) {
   }
 }
 
+/* ord = the batch indices by decreasing length, equal lengths in index order
+ * (a stable bottom-up merge sort, O(B log B) whatever the lengths' order);
+ * tmp: B more indices. */
+static void order_by_length(const int64_t* len, int64_t B, int32_t* ord, int32_t* tmp) {
+  int32_t *src = ord, *dst = tmp;
+  for (int64_t b = 0; b < B; b++) ord[b] = (int32_t)b;
+  for (int64_t w = 1; w < B; w *= 2) {
+    for (int64_t lo = 0; lo < B; lo += 2 * w) {
+      const int64_t mid = lo + w < B ? lo + w : B, hi = lo + 2 * w < B ? lo + 2 * w : B;
+      int64_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) dst[k++] = len[src[j]] > len[src[i]] ? src[j++] : src[i++];
+      while (i < mid) dst[k++] = src[i++];
+      while (j < hi) dst[k++] = src[j++];
+    }
+    int32_t* t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != ord) memcpy(ord, src, (size_t)B * sizeof(int32_t));
+}
+
 kl_status kl_lstm_run(const kl_lstm* m, const kl_run_args* a) {
   return m && m->borrowed ? KL_ERR_ARG : kl_lstm_run_views(m, a, NULL);
 }
@@ -715,8 +757,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   const int D = m->D, nl = m->desc.num_layers;
   const size_t esz = m->esz, R = m->R, Rs = m->Rs, H = m->H, Hp = m->Hp;
   const size_t DR = (size_t)D * R, ldg = (size_t)D * 4 * Hp;
-  int nth = a->num_threads;
-  if (nth > KL_MAX_THREADS) nth = KL_MAX_THREADS; /* as kl_pool_run: the plan must match */
+  int nth = kl_threads_cap(a->num_threads); /* the plan below is made for this count */
   /* A short call of a small batch: threads beyond the recurrence's own
    * (D x UNIT_SPLIT_SMALL) would only share an input GEMM of fewer than
    * SHORT_CALL_ROWS rows, and cost more to wake and synchronize than they save
@@ -749,7 +790,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   size_t inter_cap[2] = {0, 0};
   char* state = xalloc((size_t)D * (size_t)B * (2 * Rs + 2 * Hp) * esz);
   int64_t* len = malloc((size_t)B * sizeof(int64_t));
-  int32_t* ord = malloc((size_t)B * sizeof(int32_t));
+  int32_t* ord = malloc(2 * (size_t)B * sizeof(int32_t)); /* the order, then order_by_length's buffer */
   /* a per-step barrier per (direction, chunk group), then one for all threads */
   const split_plan sp = plan_split(threads_per_direction(nth, D), B, Hp);
   const size_t nbar = (size_t)D * (size_t)sp.cg + 1;
@@ -759,6 +800,9 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   kl_cell_row* rows = malloc((size_t)nth * (size_t)B * sizeof(kl_cell_row));
   const void** ptrs = malloc((size_t)nth * 3 * (size_t)B * sizeof(void*));
   int32_t* mine = malloc((size_t)nth * (size_t)B * sizeof(int32_t));
+  int* gstop = calloc(nbar, sizeof(int));
+  atomic_int stop;
+  atomic_init(&stop, 0);
   uint32_t* xb = NULL;
   if (m->k.gemm) {
     size_t kmax = 0;
@@ -781,21 +825,18 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     if (bytes && (!(x6buf = kl_scratch_take(bytes, &x6_cap)) || !(x6rows = malloc(N6 * sizeof(float*)))))
       goto done;
   }
-  if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !slots || !rows || !ptrs || !mine) goto done;
+  if ((!G && !(gates_in_place && nl == 1)) || !state || !len || !ord || !bar || !slots || !rows || !ptrs || !mine || !gstop) goto done;
   /* layer outputs between layers: every row is written (zeros past a length) */
   for (int i = 0; i < (nl > 2 ? 2 : nl - 1); i++)
     if (!(inter[i] = kl_scratch_take(TB * DR * esz, &inter_cap[i]))) goto done;
 
   for (int64_t b = 0; b < B; b++) len[b] = a->lengths ? a->lengths[b] : T;
-  /* stable insertion sort by decreasing length (B is small in practice) */
-  for (int64_t b = 0; b < B; b++) {
-    int64_t j = b;
-    while (j > 0 && len[ord[j - 1]] < len[b]) { ord[j] = ord[j - 1]; j--; }
-    ord[j] = (int32_t)b;
-  }
+  order_by_length(len, B, ord, ord + B);
 
   run_ctx x = {.m = m, .T = T, .B = B, .len = len, .ord = ord, .xb = xb,
-               .bar = bar, .gbar = bar + nbar - 1, .rows = rows, .ptrs = ptrs, .mine = mine};
+               .bar = bar, .gbar = bar + nbar - 1, .rows = rows, .ptrs = ptrs, .mine = mine,
+               .interrupt = a->interrupt, .interrupt_ctx = a->interrupt_ctx,
+               .caller = pthread_self(), .stop = &stop, .gstop = gstop};
   for (int d = 0; d < D; d++) {
     char* s = state + (size_t)d * (size_t)B * (2 * Rs + 2 * Hp) * esz;
     x.hbuf[d] = s;
@@ -805,6 +846,10 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
 
   kl_wih_view own[2];
   for (int l = 0; l < nl; l++) {
+    if (a->interrupt && a->interrupt(a->interrupt_ctx)) {
+      status = KL_ERR_INTERRUPTED;
+      goto done;
+    }
     const kl_layer* L = &m->layers[l];
     if (m->borrowed) {
       x.wv = wih + (size_t)l * (size_t)D;
@@ -881,6 +926,7 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
     if (blas_prev != 1) kl_blas_set_num_threads(1);
     status = kl_pool_run(nth, layer_task, &x);
     if (blas_prev != 1) kl_blas_set_num_threads(blas_prev);
+    if (status == KL_OK && atomic_load(&stop)) status = KL_ERR_INTERRUPTED;
     if (status != KL_OK) goto done;
 
     for (int d = 0; d < D; d++)
@@ -905,6 +951,7 @@ done:
   free(rows);
   free(ptrs);
   free(mine);
+  free(gstop);
   kl_scratch_give(xb, xb_cap);
   kl_scratch_give(x6buf, x6_cap);
   free(x6rows);

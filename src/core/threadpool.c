@@ -9,6 +9,7 @@
  * -DKL_FORCE_PORTABLE builds those paths on Linux (`make ctest-portable`). */
 #include <limits.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -558,31 +559,91 @@ void kl_barrier_wait(kl_barrier* b, int i) {
   atomic_fetch_sub(&b->sleepers, 1);
 }
 
-/* ---- default thread count ---- */
+/* ---- default thread count and the cap on every count ---- */
 static atomic_int g_num_threads; /* 0: not set */
 
+/* A positive integer environment value, or 0 when unset or not one. */
+static long env_count(const char* name) {
+  const char* env = getenv(name);
+  if (!env) return 0;
+  while (*env == ' ' || *env == '\t') env++;
+  if (!*env) return 0;
+  char* end;
+  const long v = strtol(env, &end, 10);
+  while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+  return *end == 0 && v >= 1 && v <= INT_MAX ? v : 0;
+}
+
+#ifdef KL_LINUX
+/* The CPU quota of this process's cgroup (v2 cpu.max, in the cgroup and each
+ * ancestor, the smallest), rounded up to whole CPUs; 0 when there is none. Read
+ * once per process. */
+static int g_cgroup_cpus;
+static pthread_once_t g_cgroup_once = PTHREAD_ONCE_INIT;
+static void read_cgroup_cpus(void) {
+  char rel[640] = "", line[640];
+  FILE* f = fopen("/proc/self/cgroup", "r");
+  if (!f) return;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, "0::", 3) == 0) {
+      memcpy(rel, line + 3, sizeof(line) - 3);
+      rel[strcspn(rel, "\n")] = 0;
+    }
+  fclose(f);
+  double best = 0;
+  for (;;) {
+    char path[704];
+    snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cpu.max", strcmp(rel, "/") == 0 ? "" : rel);
+    FILE* q = fopen(path, "r");
+    if (q) {
+      double quota, period;
+      if (fscanf(q, "%lf %lf", &quota, &period) == 2 && quota > 0 && period > 0 &&
+          (best == 0 || quota / period < best))
+        best = quota / period;
+      fclose(q);
+    }
+    char* slash = strrchr(rel, '/');
+    if (!slash || rel[0] == 0 || strcmp(rel, "/") == 0) break;
+    if (slash == rel) strcpy(rel, "/");
+    else *slash = 0;
+  }
+  if (best > 0) g_cgroup_cpus = best < 1 ? 1 : (int)(best - 1e-9) + 1;
+}
+#endif
+
 static int usable_cpus(void) {
+  int n = 0;
 #ifdef KL_LINUX
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+  pthread_once(&g_cgroup_once, read_cgroup_cpus);
+  if (n > 0 && g_cgroup_cpus > 0 && g_cgroup_cpus < n) n = g_cgroup_cpus;
 #endif
 #ifdef _SC_NPROCESSORS_ONLN
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  if (n > 0) return n > KL_MAX_THREADS ? KL_MAX_THREADS : (int)n;
+  if (n < 1) {
+    const long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c > KL_MAX_THREADS ? KL_MAX_THREADS : (int)c;
+  }
 #endif
-  return 1;
+  return n < 1 ? 1 : n;
+}
+
+int kl_max_threads(void) {
+  const long env = env_count("KOKORO_LSTM_MAX_THREADS");
+  const long n = env ? env : usable_cpus();
+  return n > KL_MAX_THREADS ? KL_MAX_THREADS : (int)n;
+}
+
+int kl_threads_cap(int n) {
+  const int cap = kl_max_threads();
+  return n < 1 ? 1 : n > cap ? cap : n;
 }
 
 int kl_get_num_threads(void) {
   const int n = atomic_load(&g_num_threads);
-  if (n > 0) return n;
-  const char* env = getenv("KOKORO_LSTM_NUM_THREADS");
-  if (env && *env) {
-    char* end;
-    const long v = strtol(env, &end, 10);
-    if (*end == 0 && v >= 1) return v > KL_MAX_THREADS ? KL_MAX_THREADS : (int)v;
-  }
-  return usable_cpus();
+  if (n > 0) return kl_threads_cap(n);
+  const long env = env_count("KOKORO_LSTM_NUM_THREADS");
+  return kl_threads_cap(env ? (int)env : usable_cpus());
 }
 
 void kl_set_num_threads(int n) {

@@ -265,7 +265,7 @@ static CUresult input_gemm(const kl_cu_api* cu, const kl_cuda_kernels* k, int sm
 
 kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
   const kl_cu_api* cu = kl_cu(err, n);
-  if (!cu) return KL_ERR_ARG;
+  if (!cu) return KL_ERR_DEVICE;
   const int H = c->H, R = c->R, D = c->D, L = c->L;
   const int64_t T = c->T, B = c->B;
   if (T > INT32_MAX || B > INT32_MAX / 4) {
@@ -278,7 +278,7 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
     return KL_ERR_ARG;
   }
   const dev_state* dv = device(cu, c->device_id, err, n);
-  if (!dv) return KL_ERR_ARG;
+  if (!dv) return KL_ERR_DEVICE;
   CUstream s = (CUstream)c->stream;
   const int lcap = !c->lengths ? 0 : B <= 64 ? 64 : B <= 1024 ? 1024 : LCAP_MAX;
   const int wt = c->dtype == KL_BF16 ? 1 : c->dtype == KL_F16 ? 2 : 0;
@@ -300,9 +300,9 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
   CUresult r = cu->CtxPushCurrent(dv->ctx);
   if (r) {
     snprintf(err, n, "CUDA: cannot make device %d's context current: %s", c->device_id, kl_cu_error(r));
-    return KL_ERR_ARG;
+    return KL_ERR_DEVICE;
   }
-  kl_status st = KL_ERR_ARG;
+  kl_status st = KL_ERR_DEVICE; /* what a failure below is, unless it says otherwise */
   rec_args* ra = calloc(1, sizeof(rec_args));
   char d_h[32], d_r[32], d_wt[32], d_lcap[32], d_c[32], d_nb[32], d_nt[32], d_ntw[32];
   const char* defs[8] = {d_h, d_r, d_wt, d_lcap, d_c, d_nb, d_nt, d_ntw};
@@ -315,6 +315,7 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
   size_t smem = 0;
   if (!ra) {
     snprintf(err, n, "out of memory");
+    st = KL_ERR_NOMEM;
     goto done;
   }
   if (use_cluster) {
@@ -374,7 +375,10 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
   const size_t total = UP(ng) + 2 * UP(no) + UP(nh) + 2 * UP(nc);
 #undef UP
   CUdeviceptr base = workspace(cu, c->device_id, c->stream, total * sizeof(float), err, n);
-  if (!base) goto done;
+  if (!base) {
+    st = KL_ERR_NOMEM;
+    goto done;
+  }
   float* G = (float*)(uintptr_t)base;
   size_t off = (ng + al - 1) / al * al;
   float* obuf[2] = {G + off, G + off + (no + al - 1) / al * al};
@@ -488,7 +492,7 @@ kl_status kl_cuda_compile_check(const char* arch) {
     if (nd > 4 && !sm90) continue;
     if (kl_cuda_compile_only(arch, configs[i], nd, err, sizeof(err))) {
       kl_set_error(err);
-      return KL_ERR_ARG;
+      return KL_ERR_DEVICE;
     }
   }
   return KL_OK;

@@ -32,6 +32,8 @@ typedef enum kl_status {
   KL_ERR_ARG = 1,    /* an argument is out of range or inconsistent */
   KL_ERR_NOMEM = 2,  /* an allocation failed */
   KL_ERR_THREAD = 3, /* a thread could not be created */
+  KL_ERR_INTERRUPTED = 4, /* the caller's interrupt callback stopped the run */
+  KL_ERR_DEVICE = 5,      /* CUDA: the driver, NVRTC or a launch failed (kl_last_error says which) */
 } kl_status;
 
 const char* kl_status_str(kl_status s);
@@ -99,7 +101,15 @@ typedef struct kl_run_args {
    *   that is constant over time, folded once per call). */
   int x_gates;
   const void* gate_bias;
+  /* NULL, or asked on the calling thread before each layer and every
+   * KL_INTERRUPT_STEPS steps of the recurrence: nonzero stops the run at a
+   * step boundary, which then returns KL_ERR_INTERRUPTED with the outputs
+   * unspecified (e.g. a Python binding checking for signals). Never changes
+   * the results of a run it does not stop. */
+  int (*interrupt)(void* ctx);
+  void* interrupt_ctx;
 } kl_run_args;
+#define KL_INTERRUPT_STEPS 64
 
 kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
 
@@ -173,6 +183,8 @@ typedef struct kl_forward_args {
   uint64_t owner;                /* 0, or a token unique to the weights' owner */
   const DLTensor* gate_bias;     /* [D, B, 4H] or NULL (see above) */
   int x_gates;                   /* 0 or 1 (see above) */
+  int (*interrupt)(void* ctx);   /* NULL, or as kl_run_args.interrupt */
+  void* interrupt_ctx;
   void* stream;                  /* CUDA tensors: the CUstream to run on (NULL: the legacy default stream) */
 } kl_forward_args;
 
@@ -186,17 +198,21 @@ kl_status kl_lstm_forward(const kl_forward_args* args);
  * process and on disk ($KOKORO_LSTM_CACHE_DIR, else ~/.cache/kokoro_lstm/cuda).
  * Weights are read in place on every call (no packed copy to go stale). Work
  * buffers are kept per (device, stream) until kl_cache_clear, so warm calls
- * allocate nothing and may be captured in CUDA graphs. */
+ * allocate nothing and may be captured in CUDA graphs. A missing driver or NVRTC,
+ * or a failed launch, is KL_ERR_DEVICE with the reason in kl_last_error(). */
 
 /* Compiles the CUDA kernels for arch ("sm_80", "sm_90a", "compute_90", ...)
  * without a GPU, in the configurations the engine uses (tests, CI): KL_OK, or
- * KL_ERR_ARG with NVRTC's message in kl_last_error(). */
+ * KL_ERR_DEVICE with NVRTC's message (or why it is missing) in kl_last_error(). */
 kl_status kl_cuda_compile_check(const char* arch);
 
 /* The message of this thread's last failed kl_lstm_forward (or ""). */
 const char* kl_last_error(void);
 
-/* Weight cache: drop every entry not in use; counters since start or clear. */
+/* Weight cache: at most 64 entries and KOKORO_LSTM_CACHE_MB MiB of packed weights
+ * (default 1024, read once); entries no call is using leave least recently used
+ * first, the most recently used one always stays. Drop every entry not in use;
+ * counters since start or clear. */
 typedef struct kl_cache_stats {
   int64_t entries, bytes, hits, misses, repacks;
   int64_t scratch_bytes; /* calls' large work buffers kept for the next calls */
@@ -213,9 +229,13 @@ void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
 /* Process-wide default thread count for calls that pass num_threads = 0:
  * KOKORO_LSTM_NUM_THREADS if set to a positive integer, else the CPUs this
  * process may run on; kl_set_num_threads(n >= 1) overrides it, n = 0 restores
- * the default. */
+ * the default. Every count, this default and each call's own, runs at most
+ * kl_max_threads() threads: KOKORO_LSTM_MAX_THREADS if set to a positive
+ * integer, else the CPUs of the affinity mask, at most the cgroup (v2) CPU
+ * quota rounded up; never more than 512. Results never depend on the count. */
 int kl_get_num_threads(void);
 void kl_set_num_threads(int n);
+int kl_max_threads(void);
 
 /* Which threads run parallel work (Linux; elsewhere always the own pool).
  * Calls made on a thread marked KL_POOL_TVM (the tvm-ffi functions mark theirs

@@ -43,7 +43,7 @@
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-static int resolve_threads(int n) { return n >= 1 ? n : kl_get_num_threads(); }
+static int resolve_threads(int n) { return n >= 1 ? kl_threads_cap(n) : kl_get_num_threads(); }
 
 /* The next index of a job's tasks, dealt to threads as they come free, or -1
  * when none is left. */

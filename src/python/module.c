@@ -8,6 +8,7 @@
 #include <numpy/arrayobject.h>
 #include <dlfcn.h>
 #include <string.h>
+#include <time.h>
 
 #include "kl_tvm.h"
 #include "kokoro_lstm.h"
@@ -125,6 +126,38 @@ static int to_dltensor(PyObject* obj, const char* name, int writable, PyObject* 
   return 1;
 }
 
+/* Ctrl-C during a long call: the engine asks py_interrupt on the calling thread
+ * between layers and every KL_INTERRUPT_STEPS steps; at most every
+ * INTERRUPT_POLL_NS it takes the GIL and runs Python's signal handlers, and a
+ * handler's exception (KeyboardInterrupt) stops the run and is raised by the
+ * call. Only the main thread runs signal handlers, so calls on other threads
+ * pass no callback; calls shorter than INTERRUPT_POLL_NS never take the GIL. */
+#define INTERRUPT_POLL_NS 100000000LL
+static unsigned long g_main_thread; /* threading.main_thread().ident at import */
+
+typedef struct {
+  long long next_ns;
+  int raised;
+} interrupt_state;
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int py_interrupt(void* ctx) {
+  interrupt_state* st = ctx;
+  if (st->raised) return 1;
+  const long long t = now_ns();
+  if (t < st->next_ns) return 0;
+  st->next_ns = t + INTERRUPT_POLL_NS;
+  PyGILState_STATE g = PyGILState_Ensure();
+  st->raised = PyErr_CheckSignals() < 0; /* the exception stays set on this thread */
+  PyGILState_Release(g);
+  return st->raised;
+}
+
 static int parse_dtype(const char* name, kl_dtype* dt) {
   if (strcmp(name, "float32") == 0) *dt = KL_F32;
   else if (strcmp(name, "float64") == 0) *dt = KL_F64;
@@ -171,14 +204,22 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   if (!parse_dtype(dtname, &fa.dtype)) return NULL;
   fa.owner = owner;
   fa.stream = (void*)(uintptr_t)stream;
-  PyObject* seq = PySequence_Fast(wo, "weights must be a sequence of tensors");
-  if (!seq) return NULL;
+  /* A tuple of the weights holds a reference to each for the whole call: the
+   * caller's list may be emptied by another thread while the GIL is released. */
+  PyObject* seq = PySequence_Check(wo) ? PySequence_Tuple(wo) : NULL;
+  if (!seq) {
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_TypeError, "weights must be a sequence of tensors");
+    }
+    return NULL;
+  }
   PyObject* dl_stream = PyLong_FromUnsignedLongLong(stream ? stream : 1);
   if (!dl_stream) {
     Py_DECREF(seq);
     return NULL;
   }
-  const Py_ssize_t nw = PySequence_Fast_GET_SIZE(seq);
+  const Py_ssize_t nw = PyTuple_GET_SIZE(seq);
   enum { NT = 8 }; /* the tensors other than the weights */
   PyObject* const in[NT] = {xo, leno, h0o, c0o, yo, hno, cno, gbo};
   const char* names[NT] = {"x", "lengths", "h0", "c0", "y", "h_n", "c_n", "gate_bias"};
@@ -198,7 +239,7 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   for (Py_ssize_t i = 0; i < nw; i++) {
     char name[32];
     snprintf(name, sizeof(name), "weights[%zd]", i);
-    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
+    PyObject* o = PyTuple_GET_ITEM(seq, i);
     if (o == Py_None) {
       PyErr_Format(PyExc_TypeError, "%s is None (omit absent biases with has_bias=False)", name);
       goto done;
@@ -216,10 +257,16 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   fa.gate_bias = ptr[7];
   fa.weights = wp;
   fa.num_weights = (int)nw;
+  interrupt_state ist = {now_ns() + INTERRUPT_POLL_NS, 0};
+  if (g_main_thread && PyThread_get_thread_ident() == g_main_thread) {
+    fa.interrupt = py_interrupt;
+    fa.interrupt_ctx = &ist;
+  }
   kl_status s;
   Py_BEGIN_ALLOW_THREADS
   s = kl_lstm_forward(&fa);
   Py_END_ALLOW_THREADS
+  if (ist.raised) goto done; /* the signal handler's exception */
   if (s != KL_OK) {
     PyObject* exc = s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError
                                                                            : PyExc_RuntimeError;
@@ -553,5 +600,16 @@ __attribute__((visibility("default"))) int kokoro_lstm_get_num_threads(void) {
 
 PyMODINIT_FUNC PyInit__core(void) {
   import_array();
+  PyObject* threading = PyImport_ImportModule("threading");
+  PyObject* main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+  PyObject* ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+  g_main_thread = ident ? PyLong_AsUnsignedLong(ident) : 0;
+  if (PyErr_Occurred()) { /* no interrupt checks then; the module still loads */
+    PyErr_Clear();
+    g_main_thread = 0;
+  }
+  Py_XDECREF(ident);
+  Py_XDECREF(main);
+  Py_XDECREF(threading);
   return PyModule_Create(&moduledef);
 }

@@ -2098,8 +2098,95 @@ done:
   free(p);
 }
 
+/* kl_run_args.interrupt: asked on the calling thread; a yes stops every thread
+ * of every chunk group at the same step (no barrier left waiting, whatever the
+ * thread count and split), and a callback that never says yes changes no bit. */
+typedef struct {
+  int calls, stop_at;
+} intr_count;
+
+static int intr_cb(void* p) {
+  intr_count* c = p;
+  return ++c->calls == c->stop_at;
+}
+
+static void test_interrupt(void) {
+  enum { T = 600, I = 8, H = 32, L = 2, D = 2 };
+  uint32_t st = 7;
+  float* w[L * D][4];
+  kl_weights kw[L * D];
+  for (int g = 0; g < L * D; g++) {
+    const size_t n[4] = {4 * H * (size_t)(g < D ? I : D * H), 4 * H * H, 4 * H, 4 * H};
+    for (int j = 0; j < 4; j++) {
+      w[g][j] = xcalloc(n[j], sizeof(float));
+      for (size_t i = 0; i < n[j]; i++) w[g][j][i] = 0.3f * frand(&st);
+    }
+    kw[g] = (kl_weights){w[g][0], w[g][1], w[g][2], w[g][3], NULL};
+  }
+  const kl_lstm_desc desc = {I, H, L, 1, 0, 0, KL_F32};
+  kl_lstm* m = NULL;
+  kl_status s = kl_lstm_create(&desc, kw, &m);
+  check(s == KL_OK, "[interrupt] create: %s", kl_status_str(s));
+  static const int64_t Bs[2] = {1, 40};
+  static const int nths[4] = {1, 2, 4, 16};
+  for (int bi = 0; s == KL_OK && bi < 2; bi++) {
+    const int64_t B = Bs[bi];
+    float* x = xcalloc((size_t)(T * B * I), sizeof(float));
+    float* y0 = xcalloc((size_t)(T * B * D * H), sizeof(float));
+    float* y1 = xcalloc((size_t)(T * B * D * H), sizeof(float));
+    for (int64_t i = 0; i < T * B * I; i++) x[i] = frand(&st);
+    kl_run_args a = {T, B, x, B * I, I, y0, B * D * H, D * H, NULL, NULL, NULL, NULL, NULL, 1, 0, NULL, NULL, NULL};
+    const kl_status s0 = kl_lstm_run(m, &a);
+    for (int k = 0; k < 4; k++) {
+      intr_count never = {0, -1}, once = {0, 4};
+      a.y = y1;
+      a.num_threads = nths[k];
+      a.interrupt = intr_cb;
+      a.interrupt_ctx = &never;
+      const kl_status s1 = kl_lstm_run(m, &a);
+      check(s0 == KL_OK && s1 == KL_OK && never.calls > 2 &&
+                !memcmp(y0, y1, (size_t)(T * B * D * H) * sizeof(float)),
+            "[interrupt] B=%lld, %d threads: asked %d times, never stopping: same bits as no callback",
+            (long long)B, nths[k], never.calls);
+      a.interrupt_ctx = &once;
+      const kl_status s2 = kl_lstm_run(m, &a);
+      check(s2 == KL_ERR_INTERRUPTED && once.calls == 4,
+            "[interrupt] B=%lld, %d threads: stopped at the 4th question (%s, asked %d times)",
+            (long long)B, nths[k], kl_status_str(s2), once.calls);
+    }
+    free(x);
+    free(y0);
+    free(y1);
+  }
+  kl_lstm_free(m);
+  for (int g = 0; g < L * D; g++)
+    for (int j = 0; j < 4; j++) free(w[g][j]);
+}
+
 /* The kept work buffers: best fit, at most KL_SCRATCH_KEEP kept, all freed by
  * kl_cache_clear (ASan checks that nothing leaks or is freed twice). */
+/* Every count is capped at kl_max_threads(): KOKORO_LSTM_MAX_THREADS, else the
+ * usable CPUs; the environment's default and kl_set_num_threads's value too. */
+static void test_thread_cap(void) {
+  setenv("KOKORO_LSTM_MAX_THREADS", "3", 1);
+  setenv("KOKORO_LSTM_NUM_THREADS", "64", 1);
+  check(kl_max_threads() == 3 && kl_get_num_threads() == 3,
+        "[threads] KOKORO_LSTM_NUM_THREADS=64 capped at KOKORO_LSTM_MAX_THREADS=3 (got %d)",
+        kl_get_num_threads());
+  kl_set_num_threads(500);
+  check(kl_get_num_threads() == 3, "[threads] kl_set_num_threads(500) capped at 3 (got %d)",
+        kl_get_num_threads());
+  kl_set_num_threads(0);
+  setenv("KOKORO_LSTM_NUM_THREADS", "abc", 1);
+  unsetenv("KOKORO_LSTM_MAX_THREADS");
+  const int cap = kl_max_threads();
+  check(cap >= 1 && cap <= 512 && kl_get_num_threads() == cap,
+        "[threads] without KOKORO_LSTM_MAX_THREADS the cap is the usable CPUs (%d), an invalid "
+        "KOKORO_LSTM_NUM_THREADS is ignored", cap);
+  unsetenv("KOKORO_LSTM_NUM_THREADS");
+  setenv("KOKORO_LSTM_MAX_THREADS", "64", 1); /* the other tests run up to 16 threads */
+}
+
 static void test_scratch(void) {
   kl_cache_clear();
   size_t cap[5];
@@ -2137,6 +2224,11 @@ int main(void) {
             kl_dtype_io_size(KL_F16) == 4 && kl_dtype_io_size(KL_F64) == 8,
         "[api] kl_dtype_io_size: float32 4, bfloat16 4, float16 4, float64 8");
 
+  /* the tests run up to 16 threads whatever the machine's cores (results never
+   * depend on the count) */
+  setenv("KOKORO_LSTM_MAX_THREADS", "64", 0);
+  test_thread_cap();
+  test_interrupt();
   test_bad_args();
   test_gate_args();
   test_scratch();

@@ -175,6 +175,19 @@ static int check_cfg_n(const char* fn, const TVMFFIAny* args, int32_t nargs, int
   return 0;
 }
 
+/* A config's num_threads: 0 (the process default) or a count, checked before
+ * it is narrowed to an int. */
+static int cfg_threads(const char* fn, int64_t v, int* out) {
+  if (v < 0 || v > INT32_MAX) {
+    char what[120];
+    snprintf(what, sizeof(what), "num_threads must be in 0..%d (0: the default), got %lld",
+             INT32_MAX, (long long)v);
+    return errf("ValueError", fn, what);
+  }
+  *out = (int)v;
+  return 0;
+}
+
 static int check_cfg(const char* fn, const TVMFFIAny* args, int32_t nargs, int ncfg,
                      const int64_t** cfg) {
   return check_cfg_n(fn, args, nargs, ncfg, ncfg, cfg, NULL);
@@ -267,7 +280,7 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
     m.sbias = bias.strides[bias.ndim - 1];
   }
   m.act = (int)act;
-  m.num_threads = cfg[3] > 0 ? (int)cfg[3] : 0;
+  if (cfg_threads(fn, cfg[3], &m.num_threads)) return -1;
   const kl_status s = kl_f32_matmul(&m);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
@@ -343,7 +356,7 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   c.w_panels = (int)panels;
   c.bias = has_bias ? bias.data : NULL;
   c.y = y.data;
-  c.num_threads = cfg[6] > 0 ? (int)cfg[6] : 0;
+  if (cfg_threads(fn, cfg[6], &c.num_threads)) return -1;
   const kl_status s = kl_f32_conv1d(&c);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
@@ -378,7 +391,7 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
   c.w = w.data;
   c.bias = has_bias ? bias.data : NULL;
   c.y = y.data;
-  c.num_threads = cfg[5] > 0 ? (int)cfg[5] : 0;
+  if (cfg_threads(fn, cfg[5], &c.num_threads)) return -1;
   const kl_status s = kl_f32_conv1d_transpose_dw(&c);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
@@ -395,8 +408,9 @@ int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* 
     return errf("ValueError", fn, "x and y must have the same shape");
   if (!is_compact(&x) || !is_compact(&y)) return errf("ValueError", fn, "tensors must be compact");
   const int64_t n = x.shape[x.ndim - 1];
-  const kl_status s =
-      kl_f32_softmax(n ? numel(&x) / n : 0, n, x.data, y.data, cfg[1] > 0 ? (int)cfg[1] : 0);
+  int nth = 0;
+  if (cfg_threads(fn, cfg[1], &nth)) return -1;
+  const kl_status s = kl_f32_softmax(n ? numel(&x) / n : 0, n, x.data, y.data, nth);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
 
@@ -494,7 +508,7 @@ int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny
   a.sob = so[0];
   a.soh = so[1];
   a.sol = so[2];
-  a.num_threads = cfg[7] > 0 ? (int)cfg[7] : 0;
+  if (cfg_threads(fn, cfg[7], &a.num_threads)) return -1;
   const kl_status s = kl_f32_attention(&a);
   return s == KL_OK ? 0 : status_err(fn, s);
 }

@@ -64,6 +64,27 @@ static void set_release(void* h) {
 enum { CFG_ABI, CFG_L, CFG_D, CFG_LEN, CFG_HX, CFG_BF, CFG_P, CFG_BIAS, CFG_CONST, CFG_DTYPE,
        CFG_NTH, CFG_REV, CFG_N_BASE, CFG_GATE_BIAS = CFG_N_BASE, CFG_X_GATES, CFG_N };
 
+/* The accepted range of each config value (num_layers as kl_lstm_forward's). */
+static const struct {
+  const char* name;
+  int64_t lo, hi;
+} CFG_RANGE[CFG_N] = {
+    [CFG_ABI] = {"abi", KL_TVM_LSTM_ABI, KL_TVM_LSTM_ABI},
+    [CFG_L] = {"num_layers", 1, 65536},
+    [CFG_D] = {"num_directions", 1, 2},
+    [CFG_LEN] = {"has_lengths", 0, 1},
+    [CFG_HX] = {"has_hx", 0, 1},
+    [CFG_BF] = {"batch_first", 0, 1},
+    [CFG_P] = {"proj_size", 0, INT32_MAX},
+    [CFG_BIAS] = {"has_bias", 0, 1},
+    [CFG_CONST] = {"constant_weights", 0, 1},
+    [CFG_DTYPE] = {"dtype", KL_F32, KL_F16},
+    [CFG_NTH] = {"num_threads", 0, INT32_MAX},
+    [CFG_REV] = {"reverse", 0, 1},
+    [CFG_GATE_BIAS] = {"has_gate_bias", 0, 1},
+    [CFG_X_GATES] = {"x_gates", 0, 1},
+};
+
 static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
   char msg[512];
@@ -80,11 +101,17 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
     return raise_err("RuntimeError", msg);
   }
   const int64_t* c = cell->data;
+  /* every value in its range before any is narrowed to an int */
+  for (size_t i = 1; i < cell->size; i++)
+    if (c[i] < CFG_RANGE[i].lo || c[i] > CFG_RANGE[i].hi) {
+      snprintf(msg, sizeof(msg), KL_TVM_LSTM_NAME ": config value %zu (%s) must be in %lld..%lld, got %lld",
+               i, CFG_RANGE[i].name, (long long)CFG_RANGE[i].lo, (long long)CFG_RANGE[i].hi,
+               (long long)c[i]);
+      return raise_err("ValueError", msg);
+    }
   const int L = (int)c[CFG_L], D = (int)c[CFG_D], P = (int)c[CFG_P], bias = (int)c[CFG_BIAS];
   const int has_gb = cell->size == CFG_N && c[CFG_GATE_BIAS] != 0;
-  const int64_t x_gates = cell->size == CFG_N ? c[CFG_X_GATES] : 0;
-  if (L < 1 || (D != 1 && D != 2) || P < 0 || (bias != 0 && bias != 1))
-    return raise_err("ValueError", KL_TVM_LSTM_NAME ": invalid config");
+  const int x_gates = cell->size == CFG_N ? (int)c[CFG_X_GATES] : 0;
   const int nw = L * D * (2 + 2 * bias + (P > 0));
   const int want = 1 + 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + has_gb + nw + 3;
   if (nargs != want) {
@@ -129,9 +156,9 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   fa.proj_size = P;
   fa.batch_first = c[CFG_BF] != 0;
   fa.constant_weights = constant;
-  fa.dtype = c[CFG_DTYPE] == 1 ? KL_F64 : c[CFG_DTYPE] == 2 ? KL_BF16 : c[CFG_DTYPE] == 3 ? KL_F16 : KL_F32;
-  fa.num_threads = c[CFG_NTH] > 0 ? (int)c[CFG_NTH] : 0;
-  fa.x_gates = x_gates == 0 || x_gates == 1 ? (int)x_gates : 2; /* the entry names a bad value */
+  fa.dtype = (kl_dtype)c[CFG_DTYPE];
+  fa.num_threads = (int)c[CFG_NTH];
+  fa.x_gates = x_gates;
   fa.x = t[k++];
   if (c[CFG_LEN]) fa.lengths = t[k++];
   if (c[CFG_HX]) {
