@@ -298,7 +298,7 @@ kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int nd
   if (!g_source_hash[0]) {
     g_source_hash[0] = 0xcbf29ce484222325ULL;
     g_source_hash[1] = 0x84222325cbf29ce4ULL;
-    for (int j = 0; j < 2; j++) fnv(&g_source_hash[j], kl_cuda_source, sizeof(kl_cuda_source));
+    for (int j = 0; j < 2; j++) fnv(&g_source_hash[j], kl_cuda_source_bytes, sizeof(kl_cuda_source_bytes));
   }
   uint64_t key[2] = {g_source_hash[0], g_source_hash[1]};
   pthread_mutex_unlock(&g_lock);
