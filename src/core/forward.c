@@ -60,9 +60,9 @@ static void shape_str(int ndim, const int64_t* shape, char* buf, size_t n) {
   if (k < n) snprintf(buf + k, n - k, ndim == 1 ? ",)" : ")");
 }
 
-/* Checks device, dtype, rank and shape (-1 = any). */
-static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType want, int ndim,
-                              const int64_t* shape) {
+/* Checks device (dev), dtype, rank and shape (-1 = any). */
+static kl_status check_tensor_on(const DLTensor* t, const char* name, DLDataType want, int ndim,
+                                 const int64_t* shape, DLDevice dev) {
   if (!t) return fail("%s is missing (NULL)", name);
   if (t->ndim < 0 || t->ndim > 32 || (t->ndim > 0 && !t->shape))
     return fail("%s is not a valid DLTensor (ndim %d, shape %s)", name, (int)t->ndim,
@@ -70,7 +70,7 @@ static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType wa
   int64_t numel = 1;
   for (int i = 0; i < t->ndim; i++) numel *= t->shape[i] > 0 ? t->shape[i] : 0;
   if (!t->data && numel > 0) return fail("%s has no data (NULL)", name);
-  if (t->device.device_type != g_dev.device_type || t->device.device_id != g_dev.device_id)
+  if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
     return fail("%s is on %s:%d but x is on %s:%d: every tensor of a call must be on one device "
                 "(lengths on the CPU)", name, device_name(t->device), (int)t->device.device_id,
                 device_name(g_dev), (int)g_dev.device_id);
@@ -85,6 +85,12 @@ static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType wa
       return fail("%s must have shape %s, got %s", name, exp, got);
     }
   return KL_OK;
+}
+
+/* check_tensor_on the call's device. */
+static kl_status check_tensor(const DLTensor* t, const char* name, DLDataType want, int ndim,
+                              const int64_t* shape) {
+  return check_tensor_on(t, name, want, ndim, shape, g_dev);
 }
 
 /* A matrix readable as rows: feature stride 1, row stride >= cols. */
@@ -326,11 +332,10 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                        (s = check_compact(a->gate_bias, "gate_bias"))))
     goto done;
   if (a->lengths) {
-    const DLDevice dev = g_dev;
-    g_dev = (DLDevice){kDLCPU, 0}; /* lengths shape the launches: host memory on every device */
-    s = check_tensor(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B});
-    g_dev = dev;
-    if (s) goto done;
+    /* lengths shape the launches: host memory on every device */
+    if ((s = check_tensor_on(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B},
+                             (DLDevice){kDLCPU, 0})))
+      goto done;
     if (!(lengths = malloc((size_t)(B ? B : 1) * sizeof(int64_t)))) {
       s = KL_ERR_NOMEM;
       goto done;
@@ -353,12 +358,15 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
   }
   if (cuda) {
     const kl_cuda_call call = {
-        g_dev.device_id, a->stream, L, D, (int)H, (int)R, a->reverse != 0, a->has_bias, a->x_gates, a->dtype,
-        T, B, I, data_of(a->x), x_st, x_sb, (float*)((char*)a->y->data + a->y->byte_offset),
-        stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1), a->h0 ? data_of(a->h0) : NULL,
-        a->c0 ? data_of(a->c0) : NULL, a->h_n ? (float*)((char*)a->h_n->data + a->h_n->byte_offset) : NULL,
-        a->c_n ? (float*)((char*)a->c_n->data + a->c_n->byte_offset) : NULL, lengths,
-        a->gate_bias ? data_of(a->gate_bias) : NULL, w};
+        .device_id = g_dev.device_id, .stream = a->stream, .L = L, .D = D, .H = (int)H, .R = (int)R,
+        .reverse = a->reverse != 0, .has_bias = a->has_bias, .x_gates = a->x_gates, .dtype = a->dtype,
+        .T = T, .B = B, .I = I, .x = data_of(a->x), .x_st = x_st, .x_sb = x_sb,
+        .y = (float*)((char*)a->y->data + a->y->byte_offset), .y_st = stride_of(a->y, bf ? 1 : 0),
+        .y_sb = stride_of(a->y, bf ? 0 : 1), .h0 = a->h0 ? data_of(a->h0) : NULL,
+        .c0 = a->c0 ? data_of(a->c0) : NULL,
+        .h_n = a->h_n ? (float*)((char*)a->h_n->data + a->h_n->byte_offset) : NULL,
+        .c_n = a->c_n ? (float*)((char*)a->c_n->data + a->c_n->byte_offset) : NULL, .lengths = lengths,
+        .gate_bias = a->gate_bias ? data_of(a->gate_bias) : NULL, .w = w};
     s = kl_cuda_lstm_forward(&call, g_err, sizeof(g_err));
     goto done;
   }

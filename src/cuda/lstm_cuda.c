@@ -303,7 +303,10 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
     return KL_ERR_DEVICE;
   }
   kl_status st = KL_ERR_DEVICE; /* what a failure below is, unless it says otherwise */
-  rec_args* ra = calloc(1, sizeof(rec_args));
+  /* the launches' parameters: per thread, so that a call allocates nothing */
+  static _Thread_local rec_args ra_buf;
+  rec_args* ra = &ra_buf;
+  memset(ra, 0, sizeof(*ra));
   char d_h[32], d_r[32], d_wt[32], d_lcap[32], d_c[32], d_nb[32], d_nt[32], d_ntw[32];
   const char* defs[8] = {d_h, d_r, d_wt, d_lcap, d_c, d_nb, d_nt, d_ntw};
   DEF(d_h, "-DKL_H=%d", H);
@@ -313,11 +316,6 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
   kl_cuda_kernels* k = NULL;
   unsigned groups = 1;
   size_t smem = 0;
-  if (!ra) {
-    snprintf(err, n, "out of memory");
-    st = KL_ERR_NOMEM;
-    goto done;
-  }
   if (use_cluster) {
     /* rows per cluster: spread the batch over the clusters that fit at once */
     const int nt = (ntw + 31) / 32 * 32;
@@ -461,7 +459,6 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
 launch_failed:
   snprintf(err, n, "CUDA launch failed: %s (error %d)", kl_cu_error(r), r);
 done:
-  free(ra);
   CUcontext popped;
   cu->CtxPopCurrent(&popped);
   return st;
