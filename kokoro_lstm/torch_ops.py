@@ -233,7 +233,7 @@ def clear_cache():
     kokoro_lstm.clear_cache()
 
 
-def _np(t: Tensor):
+def _engine_arg(t: Tensor):
     """What the engine reads in place: a NumPy view of a CPU tensor; a DLPack capsule
     of a CUDA tensor (the ops run on its current stream, so no stream handshake)."""
     return torch._C._to_dlpack(t.detach()) if t.is_cuda else t.detach().numpy()
@@ -247,7 +247,7 @@ def _stream(x: Tensor) -> int:
 def _host_lengths(lengths):
     """lengths in host memory, as the engine plans its launches with them (like
     pack_padded_sequence, CUDA lengths are copied, which waits for the GPU)."""
-    return None if lengths is None else _np(lengths.cpu().contiguous())
+    return None if lengths is None else _engine_arg(lengths.cpu().contiguous())
 
 
 
@@ -324,12 +324,12 @@ def _make_cpu(op_name, bidirectional, packed):
         if any((t is None) == has_bias for t in w[2:4] + (w[6:8] if bidirectional else [])):
             _validate(op_name, x, lengths, h0, c0, w, bidirectional)  # raises
             raise RuntimeError(f"kokoro::{op_name}: give all biases or none")
-        weights = [_np(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
+        weights = [_engine_arg(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
         try:
             kokoro_lstm._core.forward(
-                _np(x), _host_lengths(lengths),
-                _np(h0.contiguous()), _np(c0.contiguous()), weights,
-                _np(out), _np(h_n), _np(c_n), num_layers=1, bidirectional=bidirectional,
+                _engine_arg(x), _host_lengths(lengths),
+                _engine_arg(h0.contiguous()), _engine_arg(c0.contiguous()), weights,
+                _engine_arg(out), _engine_arg(h_n), _engine_arg(c_n), num_layers=1, bidirectional=bidirectional,
                 has_bias=has_bias, batch_first=batch_first,
                 dtype="float64" if x.dtype == torch.float64 else "float32",
                 num_threads=get_num_threads(), stream=_stream(x))
@@ -402,14 +402,14 @@ def _gated_cpu(x, lengths, gate_bias, x_gates, *w):
     out = x.new_empty((T, B, D * H))
     h_n, c_n = x.new_empty((D, B, H)), x.new_empty((D, B, H))
     has_bias = w[2] is not None
-    weights = [_np(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
+    weights = [_engine_arg(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
     try:
         kokoro_lstm._core.forward(
-            _np(x), _host_lengths(lengths), None, None, weights,
-            _np(out), _np(h_n), _np(c_n), num_layers=1, bidirectional=D == 2,
+            _engine_arg(x), _host_lengths(lengths), None, None, weights,
+            _engine_arg(out), _engine_arg(h_n), _engine_arg(c_n), num_layers=1, bidirectional=D == 2,
             has_bias=has_bias, dtype="float64" if x.dtype == torch.float64 else "float32",
             num_threads=get_num_threads(), stream=_stream(x),
-            gate_bias=None if gate_bias is None else _np(gate_bias.contiguous()),
+            gate_bias=None if gate_bias is None else _engine_arg(gate_bias.contiguous()),
             x_gates=bool(x_gates))
     except (TypeError, ValueError) as e:
         raise ValueError(f"kokoro::lstm_forward_gated: {e}") from None
