@@ -54,6 +54,8 @@ TEST_EXTRAS ?= kokoro==0.9.4
 VENV_STAMP := $(VENV)/.kokoro-venv.stamp
 # NVRTC (no GPU needed): tests/test_cuda.py compiles every CUDA kernel for sm_80 and sm_90a
 NVRTC_PIP ?= nvidia-cuda-nvrtc==13.0.88
+# nvcc (no GPU needed): tests/test_deploy_cpp.py compiles a TVM module for target cuda
+NVCC_PIP ?= nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88
 
 # ---- C builds: kl_build.py ------------------------------------------------------------
 export KOKORO_LSTM_WERROR ?= 1
@@ -90,7 +92,7 @@ $(VENV_STAMP): constraints.txt pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --progress-bar off $(PIPC) $(TORCH_PIP_ARGS) torch==2.13.0
 	$(PIP) install --progress-bar off $(PIPC) numpy pytest scipy-openblas32 setuptools wheel apache-tvm \
-	    onnxruntime onnx onnxscript matplotlib threadpoolctl $(NVRTC_PIP)
+	    onnxruntime onnx onnxscript matplotlib threadpoolctl $(NVRTC_PIP) $(NVCC_PIP)
 	$(PIP) install --progress-bar off $(PIPC) $(TEST_EXTRAS)
 	$(PIP) install --progress-bar off $(PIPC) --no-build-isolation -e .
 	touch $@

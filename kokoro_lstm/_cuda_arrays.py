@@ -3,7 +3,9 @@ array (anything whose ``__dlpack_device__`` says kDLCUDA) run on that GPU.
 
 The engine writes into outputs it is given, so they are allocated with the input's
 own library (torch or CuPy), on its device, and the call runs on that library's
-current stream. Host arrays among the other arguments (an ``LSTM``'s weights, h0/c0)
+current stream. Arrays of any other library (JAX, ...) are carried by torch (else
+CuPy) through DLPack, and the outputs handed back with the input's array namespace
+(``x.__array_namespace__().from_dlpack``). Host arrays among the other arguments (an ``LSTM``'s weights, h0/c0)
 are copied to the device; lengths go the other way, to host memory, where the
 engine plans its launches with them.
 """
@@ -17,8 +19,8 @@ _KDLCUDA = 2
 
 
 def library_of(x):
-    """"torch" or "cupy" for a CUDA array of that library, None for anything not on
-    CUDA; TypeError for a CUDA array of another library."""
+    """"torch" or "cupy" for a CUDA array of that library, "dlpack" for one of another
+    library, None for anything not on CUDA."""
     dev = getattr(x, "__dlpack_device__", None)
     if dev is None or isinstance(x, np.ndarray):
         return None
@@ -29,24 +31,43 @@ def library_of(x):
     if kind != _KDLCUDA:
         return None
     lib = type(x).__module__.split(".")[0]
-    if lib not in ("torch", "cupy"):
-        raise TypeError(f"CUDA arrays of {lib!r} are not supported: pass torch tensors or CuPy "
-                        "arrays (the outputs are allocated with the input's library)")
-    return lib
+    return lib if lib in ("torch", "cupy") else "dlpack"
+
+
+def _carrier():
+    """The library that carries other libraries' CUDA arrays: torch, else CuPy."""
+    for lib in ("torch", "cupy"):
+        try:
+            __import__(lib)
+            return lib
+        except ImportError:
+            continue
+    raise TypeError("CUDA arrays other than torch's or CuPy's run through torch or CuPy "
+                    "(DLPack): install either")
 
 
 class Device:
     """Allocation, copies and the current stream of one library on x's device."""
 
     def __init__(self, lib, x):
+        self.ns = None  # the namespace outputs are handed back in (foreign arrays)
+        if lib == "dlpack":
+            ns = getattr(x, "__array_namespace__", None)
+            self.ns = ns() if ns is not None else None
+            if not hasattr(self.ns, "from_dlpack"):
+                raise TypeError(f"{type(x).__name__}: a CUDA array without "
+                                "__array_namespace__().from_dlpack (the outputs are handed "
+                                "back through it)")
+            lib = _carrier()
         self.lib = lib
+        index = int(x.__dlpack_device__()[1])
         if lib == "torch":
             import torch
-            self.m, self.device = torch, x.device
+            self.m, self.device = torch, torch.device("cuda", index)
             self.f32 = torch.float32
         else:
             import cupy
-            self.m, self.device = cupy, cupy.cuda.Device(x.device.id)
+            self.m, self.device = cupy, cupy.cuda.Device(index)
             self.f32 = cupy.float32
 
     def key(self):
@@ -62,11 +83,17 @@ class Device:
         """a (host or this device's array) as a contiguous float32 array on the device."""
         if a is None:
             return None
+        if library_of(a) == "dlpack":
+            a = self.m.from_dlpack(a)
         if self.lib == "torch":
             t = a if isinstance(a, self.m.Tensor) else self.m.as_tensor(np.asarray(a))
             return t.to(device=self.device, dtype=self.f32).contiguous()
         with self.device:
             return self.m.ascontiguousarray(self.m.asarray(a, dtype=self.f32))
+
+    def give(self, a):
+        """An output in the caller's library."""
+        return a if self.ns is None else self.ns.from_dlpack(a)
 
     def stream(self):
         if self.lib == "torch":
@@ -77,6 +104,8 @@ class Device:
     def host_lengths(self, lengths):
         if lengths is None:
             return None
+        if library_of(lengths) == "dlpack":
+            lengths = self.m.from_dlpack(lengths)
         if self.lib == "torch" and isinstance(lengths, self.m.Tensor):
             lengths = lengths.cpu().numpy()
         elif self.lib == "cupy" and isinstance(lengths, self.m.ndarray):
@@ -101,8 +130,8 @@ def forward(dev, x, weights, h0, c0, lengths, *, num_layers, bidirectional, has_
                   bidirectional=bidirectional, has_bias=has_bias, proj_size=proj_size,
                   batch_first=bf, reverse=reverse, dtype=dtype, stream=dev.stream())
     if unbatched:
-        return y[:, 0, :], h_n[:, 0, :], c_n[:, 0, :]
-    return y, h_n, c_n
+        y, h_n, c_n = y[:, 0, :], h_n[:, 0, :], c_n[:, 0, :]
+    return dev.give(y), dev.give(h_n), dev.give(c_n)
 
 
 # LSTM objects' weights on each device, made at the first call there

@@ -260,8 +260,11 @@ def test_bad_input_is_a_clear_error():
         _core.forward(xt, None, None, None, w_cpu, y, None, None, num_layers=1,
                       bidirectional=False, has_bias=True)
     w_gpu = [torch.tensor(w, dtype=torch.float32, device="cuda") for w in ws]
-    with pytest.raises(ValueError, match="lengths"):
-        _core.forward(xt, torch.tensor([3, 2], device="cuda"), None, None, w_gpu, y, None, None,
+    with pytest.raises(ValueError, match="lengths must have dtype int64"):
+        _core.forward(xt, torch.tensor([3, 2], dtype=torch.int32, device="cuda"), None, None,
+                      w_gpu, y, None, None, num_layers=1, bidirectional=False, has_bias=True)
+    with pytest.raises(ValueError, match="outside 1..3"):
+        _core.forward(xt, torch.tensor([3, 4], device="cuda"), None, None, w_gpu, y, None, None,
                       num_layers=1, bidirectional=False, has_bias=True)
     with pytest.raises(ValueError, match="float64 runs on the CPU"):
         _core.forward(xt.double(), None, None, None, [w.double() for w in w_gpu], y.double(),
@@ -270,6 +273,32 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="stride"):
         _core.forward(xt, None, None, None, w_gpu, torch.empty((3, 2, 16), device="cuda")[..., ::2],
                       None, None, num_layers=1, bidirectional=False, has_bias=True)
+
+
+@gpu
+def test_lengths_on_the_gpu(path):
+    """lengths may be on x's GPU (as in a TVM module compiled for cuda): read on the
+    call's stream, the same bits as host lengths; a clear error while capturing."""
+    rng = np.random.default_rng(5)
+    x, ws, h0, c0, ln = _case(rng, 12, 32, 1, 2, 0, 4, 9, lengths=True)
+    want = _run_cuda(x, ws, 1, 2, 32, 0, True, h0, c0, ln, False)
+    t = lambda a: torch.as_tensor(np.asarray(a, np.float32), device="cuda")  # noqa: E731
+    spread = torch.zeros(8, dtype=torch.int64, device="cuda")
+    spread[::2] = torch.as_tensor(ln, device="cuda")
+    for lengths in (torch.as_tensor(ln, device="cuda"), spread[::2]):
+        y, h_n, c_n = (torch.full_like(a, float("nan")) for a in want)
+        _core.forward(t(x), lengths, t(h0), t(c0), [t(w) for w in ws], y, h_n, c_n,
+                      num_layers=1, bidirectional=True, has_bias=True,
+                      stream=torch.cuda.current_stream().cuda_stream)
+        for a, b in zip((y, h_n, c_n), want):
+            assert torch.equal(a, b)
+    args = (t(x), torch.as_tensor(ln, device="cuda"), t(h0), t(c0), [t(w) for w in ws], y, h_n, c_n)
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="captured"):
+        with torch.cuda.graph(g, stream=s):
+            _core.forward(*args, num_layers=1, bidirectional=True, has_bias=True,
+                          stream=s.cuda_stream)
 
 
 @gpu
@@ -356,14 +385,45 @@ def test_torch_ops_and_patched_module_on_cuda(path):
         assert (a - b).abs().max().item() <= 1e-5
 
 
+class _Foreign:
+    """A CUDA array of a library the engine does not know (as a JAX array is to it):
+    only DLPack, an array namespace, shape and indexing."""
+
+    def __init__(self, t):
+        self.t = t
+        self.shape, self.ndim = tuple(t.shape), t.ndim
+
+    def __dlpack__(self, **kw):
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+    def __getitem__(self, i):
+        return _Foreign(self.t[i])
+
+    def __array_namespace__(self):
+        return _ForeignNamespace
+
+
+class _ForeignNamespace:
+    @staticmethod
+    def from_dlpack(a):
+        return _Foreign(torch.from_dlpack(a))
+
+
 @gpu
-@pytest.mark.parametrize("lib", ["torch", "cupy"])
+@pytest.mark.parametrize("lib", ["torch", "cupy", "foreign"])
 def test_numpy_api_takes_cuda_arrays(lib):
     """kokoro_lstm.LSTM and lstm_forward on a CUDA array run on its GPU and return
-    that library's arrays, equal to the CPU call's results within 2e-6."""
+    that library's arrays, equal to the CPU call's results within 2e-6 (another
+    library's arrays through DLPack and their array namespace)."""
     if lib == "cupy":
         cp = pytest.importorskip("cupy")
         to_dev, to_host = cp.asarray, cp.asnumpy
+    elif lib == "foreign":
+        to_dev = lambda a: _Foreign(torch.as_tensor(a, device="cuda"))  # noqa: E731
+        to_host = lambda f: f.t.cpu().numpy()  # noqa: E731
     else:
         to_dev, to_host = (lambda a: torch.as_tensor(a, device="cuda")), (lambda t: t.cpu().numpy())
     rng = np.random.default_rng(2)
@@ -387,3 +447,91 @@ def test_numpy_api_takes_cuda_arrays(lib):
         assert np.abs(to_host(a) - b).max() <= 2e-6
     with pytest.raises(ValueError, match="float64 runs on the CPU"):
         kokoro_lstm.LSTM(4, 8, dtype="float64")(to_dev(np.ones((3, 1, 4), np.float32)))
+
+
+# ---- the C++ runner on the GPU: TVM artifacts for target cuda, no Python -------------------
+DEPLOY_DIR = os.environ.get("KOKORO_LSTM_GPU_DEPLOY",
+                            os.path.join(os.path.dirname(__file__), "..", "build-c", "gpu-deploy"))
+
+
+def _nvidia_lib_dir(name):
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13/lib", "cuda_runtime/lib"):
+            if os.path.exists(os.path.join(root, sub, name)):
+                return os.path.join(root, sub)
+    return None
+
+
+@pytest.fixture(scope="module")
+def gpu_runner(tmp_path_factory):
+    """The runner built against the TVM runtime of tools/gpu_deploy.py's folder (built on
+    a machine with TVM, carried here), and the environment it runs in: no PYTHON*
+    variables, the folder's libraries, the CUDA runtime TVM's CUDA module needs."""
+    import shutil
+    import subprocess
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from deploy.artifacts import runner_command
+
+    if not os.path.isdir(os.path.join(DEPLOY_DIR, "cases")):
+        pytest.skip(f"no {DEPLOY_DIR}: build it with `python tools/gpu_deploy.py` on a machine "
+                    "with TVM and carry it here")
+    lib = os.path.abspath(os.path.join(DEPLOY_DIR, "lib"))
+    import lzma
+    for f in os.listdir(lib):
+        if f.endswith(".xz") and not os.path.exists(os.path.join(lib, f[:-3])):
+            with lzma.open(os.path.join(lib, f)) as src, open(os.path.join(lib, f[:-3]), "wb") as d:
+                shutil.copyfileobj(src, d)
+    exe = tmp_path_factory.mktemp("gpu-deploy") / "run_artifact"
+    cmd = runner_command(["g++"], exe, [os.path.join(DEPLOY_DIR, "include")],
+                         [os.path.join(lib, "libtvm_ffi.so"), os.path.join(lib, "libtvm_runtime.so")])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"building the runner failed:\n{' '.join(cmd)}\n{r.stderr}"
+    cudart = _nvidia_lib_dir("libcudart.so.13")
+    assert cudart, "no libcudart.so.13 (nvidia-cuda-runtime) for TVM's CUDA runtime"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([lib, cudart])
+    assert env.get("KOKORO_LSTM_NVRTC"), "the engine in the artifacts needs NVRTC"
+    return str(exe), env
+
+
+def _run_case(gpu_runner, name, manifest=None, tol=1e-5):
+    import subprocess
+
+    exe, env = gpu_runner
+    d = os.path.join(DEPLOY_DIR, "cases", name)
+    return subprocess.run([exe, os.path.join(d, "lib.so"), "main",
+                           manifest or os.path.join(d, "manifest.txt"), repr(tol), "cuda"],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+@gpu
+@pytest.mark.parametrize("name", ["uni-1layer", "bi-2layers", "packed-lengths", "h0-c0",
+                                  "kokoro-bi"])
+def test_cpp_runner_runs_tvm_cuda_artifacts(gpu_runner, name):
+    """A TVM module compiled for target cuda with `native` LSTMs, exported with the engine,
+    runs on the GPU from tests/deploy/run_artifact.cc: outputs equal nn.LSTM's (CPU)."""
+    r = _run_case(gpu_runner, name)
+    out = f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert r.returncode == 0 and "PASS" in r.stdout and "main on cuda" in r.stdout, out
+    print(r.stdout)
+
+
+@gpu
+def test_cpp_runner_cuda_detects_mismatch(gpu_runner, tmp_path):
+    """The check is not vacuous: a perturbed expected output fails (exit 1)."""
+    import shutil
+
+    src = os.path.join(DEPLOY_DIR, "cases", "bi-2layers")
+    for f in os.listdir(src):
+        if f != "lib.so":
+            shutil.copy(os.path.join(src, f), tmp_path)
+    want = np.fromfile(tmp_path / "out0.bin", np.float32)
+    want[5] += 1e-3
+    want.tofile(tmp_path / "out0.bin")
+    r = _run_case(gpu_runner, "bi-2layers", manifest=str(tmp_path / "manifest.txt"))
+    assert r.returncode == 1 and "output 0: float32" in r.stdout and "FAIL" in r.stdout, r.stdout

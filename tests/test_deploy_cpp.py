@@ -26,28 +26,10 @@ tvm_ffi = require("tvm_ffi")
 import kokoro_lstm.torch_ops as ko  # noqa: E402
 import kokoro_lstm.tvm as kt  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(HERE, "deploy", "run_artifact.cc")
-I, H, T = 6, 8, 7
+from deploy.artifacts import CASES, case as _case, runner_command, runtime_libs  # noqa: E402
+from deploy.artifacts import write_manifest  # noqa: E402
+
 TOL = 1e-5
-DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
-          np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}
-
-
-def _libs():
-    """(include dirs, [libtvm_ffi.so, libtvm_runtime.so]) of the installed wheels."""
-    from tvm_ffi import libinfo
-
-    incs = []
-    for find in (libinfo.find_include_path, libinfo.find_dlpack_include_path):
-        p = find()
-        if p not in incs:
-            incs.append(p)
-    ffi_lib = libinfo.find_libtvm_ffi()
-    rt = os.path.join(os.path.dirname(os.path.abspath(tvm.__file__)), "lib", "libtvm_runtime.so")
-    if not os.path.exists(rt):
-        raise RuntimeError(f"the apache-tvm wheel has no {rt}")
-    return incs, [ffi_lib, rt]
 
 
 @pytest.fixture(scope="module")
@@ -59,36 +41,16 @@ def runner(tmp_path_factory):
         if REQUIRE:
             pytest.fail(msg + " (KOKORO_LSTM_REQUIRE=1: this test must run)")
         pytest.skip(msg)
-    incs, libs = _libs()
+    incs, libs = runtime_libs()
     exe = tmp_path_factory.mktemp("deploy") / "run_artifact"
-    cmd = cxx + ["-std=c++17", "-O1", "-o", str(exe), SOURCE]
-    cmd += [f"-I{d}" for d in incs]
-    # --no-as-needed: nothing in the runner references libtvm_runtime, but loading it
-    # registers the Relax VM (the executable's loader, the VM builtins).
-    cmd += (["-Wl,--no-as-needed"] if sys.platform.startswith("linux") else []) + libs
-    cmd += [f"-Wl,-rpath,{d}" for d in sorted({os.path.dirname(p) for p in libs})]
+    cmd = runner_command(cxx, exe, incs, libs)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"building the runner failed:\n{' '.join(cmd)}\n{r.stderr}"
     return str(exe)
 
 
-def _write(path, a):
-    a = np.ascontiguousarray(a)
-    a.astype(a.dtype.newbyteorder("<"), copy=False).tofile(path)
-
-
 def _manifest(d, inputs, expected):
-    lines = []
-    for role, arrays in (("in", inputs), ("out", expected)):
-        for k, a in enumerate(arrays):
-            a = np.asarray(a)
-            name = f"{role}{k}.bin"
-            _write(d / name, a)
-            lines.append(" ".join([role, name, DTYPES[a.dtype], str(a.ndim)] +
-                                  [str(s) for s in a.shape]))
-    path = d / "manifest.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_manifest(str(d), inputs, expected)
 
 
 def _run_runner(runner, lib, manifest, tol=TOL):
@@ -99,63 +61,6 @@ def _run_runner(runner, lib, manifest, tol=TOL):
 
 def _errors(stdout):
     return [float(e) for e in re.findall(r"max_abs_err=(\S+)", stdout)]
-
-
-# ----------------------------------------------------------------------------------
-# The models: (module, example inputs) -> torch outputs (expected), exported natively
-# ----------------------------------------------------------------------------------
-class Plain(torch.nn.Module):
-    def __init__(self, lstm):
-        super().__init__()
-        self.lstm = lstm
-
-    def forward(self, x):
-        y, (h, c) = self.lstm(x)
-        return y, h, c
-
-
-class WithState(Plain):
-    def forward(self, x, h0, c0):
-        y, (h, c) = self.lstm(x, (h0, c0))
-        return y, h, c
-
-
-class Packed(Plain):
-    """Kokoro-style: batch_first, pack_padded_sequence(enforce_sorted=False)."""
-
-    def forward(self, x, lengths):
-        p = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
-                                                    enforce_sorted=False)
-        y, (h, c) = self.lstm(p)
-        y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True,
-                                                      total_length=x.shape[1])
-        return y, h, c
-
-
-def _case(name):
-    torch.manual_seed(sum(map(ord, name)))
-    if name == "uni-1layer":
-        model = Plain(torch.nn.LSTM(I, H))
-        args = (torch.randn(T, 2, I),)
-    elif name == "bi-2layers":
-        model = Plain(torch.nn.LSTM(I, H, num_layers=2, bidirectional=True, batch_first=True))
-        args = (torch.randn(2, T, I),)
-    elif name == "packed-lengths":
-        model = Packed(torch.nn.LSTM(I, H, bidirectional=True, batch_first=True))
-        args = (torch.randn(3, T, I), torch.tensor([5, T, 2], dtype=torch.int64))
-    elif name == "h0-c0":
-        model = WithState(torch.nn.LSTM(I, H, num_layers=2))
-        args = (torch.randn(T, 3, I), torch.randn(2, 3, H), torch.randn(2, 3, H))
-    else:
-        raise KeyError(name)
-    model.eval()
-    with torch.no_grad():
-        expected = model(*args)  # the plain nn.LSTM, before patching
-    expected = [t.numpy() for t in (expected if isinstance(expected, tuple) else (expected,))]
-    ko.patch_lstm_modules(model)
-    with ko.exportable_packing():
-        ep = torch.export.export(model, args)
-    return ep, [a.numpy() for a in args], expected
 
 
 @pytest.fixture(scope="module")
@@ -177,8 +82,6 @@ def artifact(tmp_path_factory):
 
     return get
 
-
-CASES = ["uni-1layer", "bi-2layers", "packed-lengths", "h0-c0"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -204,3 +107,43 @@ def test_cpp_runner_detects_mismatch(runner, artifact, tmp_path):
     errs = _errors(r.stdout)
     assert len(errs) == 3 and errs[0] <= TOL and errs[2] <= TOL, out
     assert abs(errs[1] - 1e-3) < 1e-5, out
+
+
+def test_runner_device_argument(runner, artifact, tmp_path):
+    """A bad device is a usage error; `cuda` on a machine without CUDA says why (exit 2)."""
+    lib, inputs, expected = artifact("uni-1layer")
+    manifest = _manifest(tmp_path, inputs, expected)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    r = subprocess.run([runner, str(lib), "main", str(manifest), "1e-5", "gpu"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "bad device 'gpu'" in r.stderr, r.stderr
+    r = subprocess.run([runner, str(lib), "main", str(manifest), "1e-5", "cpu"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "main on cpu" in r.stdout, r.stdout + r.stderr
+    if not os.path.exists("/dev/nvidia0"):
+        r = subprocess.run([runner, str(lib), "main", str(manifest), "1e-5", "cuda"], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "CUDA" in r.stderr, r.stderr
+
+
+def test_tvm_cuda_artifact_builds(tmp_path):
+    """The native lowering compiles for target cuda (pip's nvcc, no GPU) and exports with
+    the engine: what tools/gpu_deploy.py builds for the GPU suite's C++ runner test."""
+    from deploy.artifacts import compile_cuda, pip_nvcc_dir
+
+    if not shutil.which("nvcc") and pip_nvcc_dir() is None:
+        msg = "no nvcc (pip install nvidia-cuda-nvcc)"
+        if REQUIRE:
+            pytest.fail(msg + " (KOKORO_LSTM_REQUIRE=1: this test must run)")
+        pytest.skip(msg)
+    ep, _, _ = _case("packed-lengths")
+    ex = compile_cuda(ep, "sm_90a")
+    assert kt.uses_engine(ex)
+
+    def kinds(m):
+        return [m.kind] + [k for i in m.imports for k in kinds(i)]
+
+    assert "cuda" in kinds(ex.mod), kinds(ex.mod)
+    lib = tmp_path / "cuda.so"
+    kt.export_library(ex, lib)
+    assert lib.stat().st_size > 0

@@ -72,7 +72,7 @@ static kl_status check_tensor_on(const DLTensor* t, const char* name, DLDataType
   if (!t->data && numel > 0) return fail("%s has no data (NULL)", name);
   if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
     return fail("%s is on %s:%d but x is on %s:%d: every tensor of a call must be on one device "
-                "(lengths on the CPU)", name, device_name(t->device), (int)t->device.device_id,
+                "(lengths: the CPU or x's GPU)", name, device_name(t->device), (int)t->device.device_id,
                 device_name(g_dev), (int)g_dev.device_id);
   if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != 1)
     return fail("%s must have dtype %s, got %s", name, dtype_name(want), dtype_name(t->dtype));
@@ -332,17 +332,30 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                        (s = check_compact(a->gate_bias, "gate_bias"))))
     goto done;
   if (a->lengths) {
-    /* lengths shape the launches: host memory on every device */
+    /* lengths shape the launches: read into host memory (from x's GPU: a synchronization) */
+    const DLDevice ldev = a->lengths->device;
+    const int on_gpu = cuda && ldev.device_type == g_dev.device_type && ldev.device_id == g_dev.device_id;
     if ((s = check_tensor_on(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B},
-                             (DLDevice){kDLCPU, 0})))
+                             on_gpu ? g_dev : (DLDevice){kDLCPU, 0})))
       goto done;
-    if (!(lengths = malloc((size_t)(B ? B : 1) * sizeof(int64_t)))) {
+    const int64_t ls = stride_of(a->lengths, 0);
+    if (on_gpu && ls < 0) {
+      s = fail("lengths on the GPU: negative strides are not supported");
+      goto done;
+    }
+    const size_t span = B > 0 ? (size_t)((B - 1) * ls + 1) : 1;
+    if (!(lengths = malloc((on_gpu ? span : (size_t)(B ? B : 1)) * sizeof(int64_t)))) {
       s = KL_ERR_NOMEM;
       goto done;
     }
-    const int64_t ls = stride_of(a->lengths, 0);
+    if (on_gpu && B > 0) {
+      if ((s = kl_cuda_read_int64(g_dev.device_id, a->stream, data_of(a->lengths), span, lengths, g_err,
+                                  sizeof(g_err))))
+        goto done;
+      for (int64_t b = 1; b < B; b++) lengths[b] = lengths[b * ls];
+    }
     for (int64_t b = 0; b < B; b++) {
-      lengths[b] = ((const int64_t*)data_of(a->lengths))[b * ls];
+      if (!on_gpu) lengths[b] = ((const int64_t*)data_of(a->lengths))[b * ls];
       if (lengths[b] < 1 || lengths[b] > T) {
         s = fail("lengths[%lld] = %lld is outside 1..%lld (the sequence length)", (long long)b,
                  (long long)lengths[b], (long long)T);

@@ -69,6 +69,9 @@ typedef struct kl_cu_api {
   CUresult (*OccupancyMaxActiveClusters)(int* n, CUfunction f, const kl_CUlaunchConfig* cfg);
   CUresult (*ThreadExchangeStreamCaptureMode)(int* mode);
   CUresult (*PointerGetAttribute)(void* data, int attr, CUdeviceptr p);
+  CUresult (*MemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t n, CUstream s);
+  CUresult (*StreamSynchronize)(CUstream s);
+  CUresult (*StreamIsCapturing)(CUstream s, int* status);
   CUresult (*GetErrorString)(CUresult e, const char** s);
 } kl_cu_api;
 

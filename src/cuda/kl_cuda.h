@@ -29,6 +29,10 @@ typedef struct kl_cuda_call {
 
 /* Runs the call on its stream (asynchronously); on failure writes a message. */
 kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n);
+/* Copies n int64 from device memory to dst on the stream and waits for them
+ * (lengths on the device: they shape the launches). Not while the stream is captured. */
+kl_status kl_cuda_read_int64(int device_id, void* stream, const int64_t* src, size_t count, int64_t* dst,
+                             char* err, size_t n);
 /* Frees the work buffers and modules of every device. */
 void kl_cuda_clear(void);
 

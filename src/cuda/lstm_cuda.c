@@ -464,6 +464,36 @@ done:
   return st;
 }
 
+kl_status kl_cuda_read_int64(int device_id, void* stream, const int64_t* src, size_t count, int64_t* dst,
+                             char* err, size_t n) {
+  const kl_cu_api* cu = kl_cu(err, n);
+  if (!cu) return KL_ERR_DEVICE;
+  const dev_state* dv = device(cu, device_id, err, n);
+  if (!dv) return KL_ERR_DEVICE;
+  CUresult r = cu->CtxPushCurrent(dv->ctx);
+  if (r) {
+    snprintf(err, n, "CUDA device %d: %s", device_id, kl_cu_error(r));
+    return KL_ERR_DEVICE;
+  }
+  int capturing = 0;
+  r = cu->StreamIsCapturing((CUstream)stream, &capturing);
+  kl_status st = KL_OK;
+  if (!r && capturing) {
+    snprintf(err, n, "lengths on the GPU cannot be read while the stream is captured: pass them in host memory");
+    st = KL_ERR_ARG;
+  } else {
+    if (!r) r = cu->MemcpyDtoHAsync(dst, (CUdeviceptr)src, count * sizeof(int64_t), (CUstream)stream);
+    if (!r) r = cu->StreamSynchronize((CUstream)stream);
+    if (r) {
+      snprintf(err, n, "reading lengths from CUDA device %d: %s", device_id, kl_cu_error(r));
+      st = KL_ERR_DEVICE;
+    }
+  }
+  CUcontext prev;
+  cu->CtxPopCurrent(&prev);
+  return st;
+}
+
 kl_status kl_cuda_compile_check(const char* arch) {
   if (!arch || !*arch || strlen(arch) > 32) {
     kl_set_error("kl_cuda_compile_check: arch must be a name such as sm_80 or sm_90a");

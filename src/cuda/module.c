@@ -68,6 +68,9 @@ static int load_cu(void) {
   SYM(h, g_cu, OccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters", 0);
   SYM(h, g_cu, ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 1);
   SYM(h, g_cu, PointerGetAttribute, "cuPointerGetAttribute", 1);
+  SYM(h, g_cu, MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 1);
+  SYM(h, g_cu, StreamSynchronize, "cuStreamSynchronize", 1);
+  SYM(h, g_cu, StreamIsCapturing, "cuStreamIsCapturing", 1);
   SYM(h, g_cu, GetErrorString, "cuGetErrorString", 1);
   const CUresult r = g_cu.Init(0);
   if (r) {

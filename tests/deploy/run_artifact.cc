@@ -1,13 +1,15 @@
 // run_artifact: run a function of an exported TVM Relax library without Python.
 //
-//   run_artifact LIB.so FUNC MANIFEST [TOL]
+//   run_artifact LIB.so FUNC MANIFEST [TOL [DEVICE]]
 //
 // Loads LIB.so with tvm-ffi (the Relax VM executable is deserialized by TVM's runtime
 // library, libtvm_runtime, which must be loaded: link it with --no-as-needed), creates
-// the Relax VM on the CPU with the pooled allocator (what tvm.relax.VirtualMachine does),
-// calls FUNC on the input tensors of MANIFEST and compares every output with the expected
-// values of MANIFEST: prints the max abs error of each output, exits 0 when all are
-// within TOL (default 1e-5), 1 otherwise (2 on a usage or load error).
+// the Relax VM on DEVICE (`cpu`, the default, or `cuda[:N]`) with the pooled allocator
+// (what tvm.relax.VirtualMachine does), calls FUNC on the input tensors of MANIFEST
+// (copied to DEVICE) and compares every output with the expected values of MANIFEST:
+// prints the max abs error of each output, exits 0 when all are within TOL (default
+// 1e-5), 1 otherwise (2 on a usage or load error). `cuda` loads TVM's CUDA runtime,
+// libtvm_runtime_cuda.so, with dlopen (found like any shared library: LD_LIBRARY_PATH).
 //
 // MANIFEST: one tensor per line, in argument / output order; blank lines and lines
 // starting with '#' are ignored:
@@ -23,6 +25,8 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -134,6 +138,46 @@ double Elem(const DLTensor& t, int64_t i) {
   throw std::runtime_error("unsupported dtype " + DTypeName(t.dtype));
 }
 
+// `cpu`, `cuda` or `cuda:N`.
+DLDevice ParseDevice(const std::string& s) {
+  if (s == "cpu") return DLDevice{kDLCPU, 0};
+  if (s.rfind("cuda", 0) == 0) {
+    int id = 0;
+    if (s.size() > 4) {
+      char* end = nullptr;
+      long v = s[4] == ':' ? std::strtol(s.c_str() + 5, &end, 10) : -1;
+      if (v < 0 || v > 1024 || end == s.c_str() + 5 || *end != '\0')
+        throw std::runtime_error("bad device '" + s + "' (cpu, cuda or cuda:N)");
+      id = static_cast<int>(v);
+    }
+    return DLDevice{kDLCUDA, id};
+  }
+  throw std::runtime_error("bad device '" + s + "' (cpu, cuda or cuda:N)");
+}
+
+// A copy of `t` on `dev` (through TVM's device API; the copy to the host synchronizes).
+ffi::Tensor CopyTo(const ffi::Tensor& t, DLDevice dev) {
+  const DLTensor& d = *t.GetDLTensorPtr();
+  if (d.device.device_type == dev.device_type && d.device.device_id == dev.device_id) return t;
+  ffi::Tensor out;
+  ffi::ShapeView shape(d.shape, d.ndim);
+  if (dev.device_type == kDLCPU) {
+    out = ffi::Tensor::FromNDAlloc(CPUAlloc(), shape, d.dtype, dev);
+  } else {
+    static const ffi::Function alloc =
+        ffi::Function::GetGlobalRequired("runtime.TVMTensorAllocWithScope");
+    out = alloc(ffi::Shape(d.shape, d.shape + d.ndim), d.dtype, dev, ffi::Optional<ffi::String>())
+              .cast<ffi::Tensor>();
+  }
+  static const ffi::Function copy = ffi::Function::GetGlobalRequired("runtime.TVMTensorCopyFromTo");
+  copy(t, out);
+  if (dev.device_type == kDLCPU) {
+    static const ffi::Function sync = ffi::Function::GetGlobalRequired("runtime.Device_StreamSync");
+    sync(d.device, static_cast<int64_t>(0));
+  }
+  return out;
+}
+
 // Flatten the function's result: a tensor, or (nested) tuples of tensors.
 void Flatten(const ffi::Any& v, std::vector<ffi::Tensor>* out) {
   if (auto t = v.as<ffi::Tensor>()) {
@@ -147,13 +191,16 @@ void Flatten(const ffi::Any& v, std::vector<ffi::Tensor>* out) {
 }
 
 int Run(int argc, char** argv) {
-  if (argc < 4 || argc > 5) {
-    std::cerr << "usage: " << argv[0] << " LIB.so FUNC MANIFEST [TOL]\n";
+  if (argc < 4 || argc > 6) {
+    std::cerr << "usage: " << argv[0] << " LIB.so FUNC MANIFEST [TOL [cpu|cuda[:N]]]\n";
     return 2;
   }
   const std::string lib_path = argv[1], func_name = argv[2];
-  const double tol = argc == 5 ? std::strtod(argv[4], nullptr) : 1e-5;
+  const double tol = argc >= 5 ? std::strtod(argv[4], nullptr) : 1e-5;
+  const DLDevice dev = ParseDevice(argc == 6 ? argv[5] : "cpu");
   std::vector<Entry> entries = ReadManifest(argv[3]);
+  if (dev.device_type == kDLCUDA && !dlopen("libtvm_runtime_cuda.so", RTLD_NOW | RTLD_GLOBAL))
+    throw std::runtime_error(std::string("cannot load TVM's CUDA runtime: ") + dlerror());
 
   // The exported library: its code, the serialized VM executable (deserialized by
   // libtvm_runtime), and the kokoro_lstm engine, whose constructor registers
@@ -163,19 +210,23 @@ int Run(int argc, char** argv) {
   if (!load)
     throw std::runtime_error(lib_path + " has no vm_load_executable: not a Relax VM executable");
   ffi::Module vm = (*load)().cast<ffi::Module>();
-  // vm_initialization(device_type, device_id, allocator, ...): CPU 0, pooled allocator (2),
-  // as tvm.relax.VirtualMachine(mod, tvm.cpu()) does.
+  // vm_initialization(device_type, device_id, allocator, ...): the device, then the CPU
+  // (shape functions run there), pooled allocators (2), as tvm.relax.VirtualMachine does.
   constexpr int kPooledAllocator = 2;
   ffi::Optional<ffi::Function> init = vm->GetFunction("vm_initialization", false);
   if (!init) throw std::runtime_error("the VM has no vm_initialization");
-  (*init)(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  if (dev.device_type == kDLCPU)
+    (*init)(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  else
+    (*init)(static_cast<int>(dev.device_type), dev.device_id, kPooledAllocator,
+            static_cast<int>(kDLCPU), 0, kPooledAllocator);
   ffi::Optional<ffi::Function> func = vm->GetFunction(func_name, false);
   if (!func) throw std::runtime_error("the VM has no function '" + func_name + "'");
 
   std::vector<ffi::Tensor> inputs;
   std::vector<const Entry*> expected;
   for (const Entry& e : entries) {
-    if (e.role == "in") inputs.push_back(LoadTensor(e));
+    if (e.role == "in") inputs.push_back(CopyTo(LoadTensor(e), dev));
     else expected.push_back(&e);
   }
   std::vector<ffi::AnyView> args(inputs.begin(), inputs.end());
@@ -184,7 +235,8 @@ int Run(int argc, char** argv) {
 
   std::vector<ffi::Tensor> outputs;
   Flatten(result, &outputs);
-  std::printf("%s: %zu input(s), %zu output(s)\n", func_name.c_str(), inputs.size(),
+  std::printf("%s on %s: %zu input(s), %zu output(s)\n", func_name.c_str(),
+              dev.device_type == kDLCPU ? "cpu" : "cuda", inputs.size(),
               outputs.size());
   if (outputs.size() != expected.size()) {
     std::printf("FAIL: %zu outputs, the manifest expects %zu\n", outputs.size(), expected.size());
@@ -193,10 +245,18 @@ int Run(int argc, char** argv) {
   bool ok = true;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Entry& e = *expected[k];
-    const DLTensor& got = *outputs[k].GetDLTensorPtr();
+    const DLDevice on = outputs[k].GetDLTensorPtr()->device;
+    if (on.device_type != dev.device_type || on.device_id != dev.device_id) {
+      std::printf("output %zu: FAIL on device (%d, %d), not the VM's\n", k, on.device_type,
+                  on.device_id);
+      ok = false;
+      continue;
+    }
+    ffi::Tensor host = CopyTo(outputs[k], DLDevice{kDLCPU, 0});
+    const DLTensor& got = *host.GetDLTensorPtr();
     std::vector<int64_t> shape(got.shape, got.shape + got.ndim);
-    if (got.device.device_type != kDLCPU || !ffi::IsContiguous(got)) {
-      std::printf("output %zu: FAIL not a contiguous CPU tensor\n", k);
+    if (!ffi::IsContiguous(got)) {
+      std::printf("output %zu: FAIL not a contiguous tensor\n", k);
       ok = false;
       continue;
     }

@@ -1,0 +1,81 @@
+"""Build the C++ runner's CUDA cases here (TVM, pip's nvcc, no GPU needed) into one
+folder that a GPU machine without TVM or Python packages runs (tools/gpu_check.sh):
+
+    python tools/gpu_deploy.py build-c/gpu-deploy [--arch sm_90a]
+
+The folder holds, per case, the exported library (TVM kernels for target cuda + the
+kokoro_lstm engine), its inputs and expected outputs (the plain nn.LSTM on the CPU)
+and manifest.txt; the TVM runtime libraries and tvm-ffi headers the runner is built
+with; and the artifacts' BLAS (xz-compressed; gpu_check.sh unpacks it).
+"""
+import argparse
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import tvm  # noqa: E402
+
+import kokoro_lstm.tvm as kt  # noqa: E402
+from deploy.artifacts import CASES, KOKORO_CASE, case, compile_cuda, runtime_libs  # noqa: E402
+from deploy.artifacts import write_manifest  # noqa: E402
+
+SYSTEM_LIBS = ("linux-vdso", "libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so",
+               "ld-linux", "libgcc_s.so", "libstdc++.so")
+
+
+def _needed_libs(so):
+    """Shared libraries ``so`` loads that a bare Linux machine may lack (the BLAS)."""
+    out = subprocess.run(["ldd", so], capture_output=True, text=True, check=True).stdout
+    libs = []
+    for line in out.splitlines():
+        parts = line.split("=>")
+        if len(parts) != 2 or not parts[1].strip().startswith("/"):
+            continue
+        name, path = parts[0].strip(), parts[1].split()[0]
+        if not name.startswith(SYSTEM_LIBS):
+            libs.append((name, path))
+    return libs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--arch", default="sm_90a")
+    args = ap.parse_args()
+    if os.path.exists(args.out):
+        shutil.rmtree(args.out)
+    lib_dir = os.path.join(args.out, "lib")
+    os.makedirs(lib_dir)
+    blas = {}
+    for name in CASES + [KOKORO_CASE]:
+        d = os.path.join(args.out, "cases", name)
+        os.makedirs(d)
+        ep, inputs, expected = case(name)
+        ex = compile_cuda(ep, args.arch)
+        if not kt.uses_engine(ex):
+            raise SystemExit(f"{name}: the native lowering does not call the engine")
+        so = os.path.join(d, "lib.so")
+        kt.export_library(ex, so)
+        write_manifest(d, inputs, expected)
+        blas.update(_needed_libs(so))
+        print(f"{name}: {os.path.getsize(so) / 1e6:.1f} MB")
+    incs, libs = runtime_libs()
+    cuda_rt = os.path.join(os.path.dirname(libs[1]), "libtvm_runtime_cuda.so")
+    for p in libs + [cuda_rt]:
+        shutil.copy2(p, lib_dir)
+    for name, path in sorted(blas.items()):
+        with open(path, "rb") as f, lzma.open(os.path.join(lib_dir, name + ".xz"), "wb") as g:
+            shutil.copyfileobj(f, g)
+    for inc in incs:
+        shutil.copytree(inc, os.path.join(args.out, "include"), dirs_exist_ok=True)
+    print(f"{args.out}: TVM {tvm.__version__}, target cuda {args.arch}, "
+          f"BLAS {', '.join(sorted(blas)) or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
