@@ -2,7 +2,9 @@
 # `make test-gpu` on the lent GPU machine: build the extension there, run the GPU
 # test suite, the kernels under compute-sanitizer, and the CUDA benchmark.
 # Logs (and the benchmark JSON) go to $OUT (default build-c/gpu). Wheels the
-# machine lacks may be carried in .whl/ (installed to /tmp/site first).
+# machine lacks may be carried in .whl/ (installed to /tmp/site first); the C++
+# runner's TVM CUDA artifacts in build-c/gpu-deploy (python tools/gpu_deploy.py
+# build-c/gpu-deploy, on a machine with TVM).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-build-c/gpu}

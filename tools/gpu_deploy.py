@@ -3,6 +3,8 @@ folder that a GPU machine without TVM or Python packages runs (tools/gpu_check.s
 
     python tools/gpu_deploy.py build-c/gpu-deploy [--arch sm_90a]
 
+TVM's CUDA runtime is loaded while compiling so that the kernels are saved compiled
+(cubin), not as source a Python process would have to compile at load time.
 The folder holds, per case, the exported library (TVM kernels for target cuda + the
 kokoro_lstm engine), its inputs and expected outputs (the plain nn.LSTM on the CPU)
 and manifest.txt; the TVM runtime libraries and tvm-ffi headers the runner is built
@@ -21,8 +23,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import tvm  # noqa: E402
 
 import kokoro_lstm.tvm as kt  # noqa: E402
-from deploy.artifacts import CASES, KOKORO_CASE, case, compile_cuda, runtime_libs  # noqa: E402
-from deploy.artifacts import write_manifest  # noqa: E402
+from deploy.artifacts import CASES, KOKORO_CASE, case, compile_cuda, cuda_module_format  # noqa: E402
+from deploy.artifacts import runtime_libs, write_manifest  # noqa: E402
 
 SYSTEM_LIBS = ("linux-vdso", "libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so",
                "ld-linux", "libgcc_s.so", "libstdc++.so")
@@ -46,13 +48,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--cases", nargs="+", default=CASES + [KOKORO_CASE],
+                    choices=CASES + [KOKORO_CASE])
     args = ap.parse_args()
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     lib_dir = os.path.join(args.out, "lib")
     os.makedirs(lib_dir)
     blas = {}
-    for name in CASES + [KOKORO_CASE]:
+    for name in args.cases:
         d = os.path.join(args.out, "cases", name)
         os.makedirs(d)
         ep, inputs, expected = case(name)
@@ -61,9 +65,12 @@ def main():
             raise SystemExit(f"{name}: the native lowering does not call the engine")
         so = os.path.join(d, "lib.so")
         kt.export_library(ex, so)
+        fmt = cuda_module_format(so)
+        if fmt not in (None, "cubin", "fatbin", "ptx"):
+            raise SystemExit(f"{name}: the CUDA module is saved as {fmt!r}, not compiled")
         write_manifest(d, inputs, expected)
         blas.update(_needed_libs(so))
-        print(f"{name}: {os.path.getsize(so) / 1e6:.1f} MB")
+        print(f"{name}: {os.path.getsize(so) / 1e6:.1f} MB, CUDA module {fmt}")
     incs, libs = runtime_libs()
     cuda_rt = os.path.join(os.path.dirname(libs[1]), "libtvm_runtime_cuda.so")
     for p in libs + [cuda_rt]:
