@@ -21,7 +21,8 @@
 #                     from it and its library run without kokoro_lstm (tools/wheel_test.sh)
 #   make test-gpu     on a machine with an NVIDIA GPU (the lent H100): build there, the GPU tests
 #                     (tests/test_cuda.py), compute-sanitizer over tools/cuda_smoke.py and
-#                     benchmarks/bench_cuda.py; logs to $$OUT (tools/gpu_check.sh)
+#                     benchmarks/bench_cuda.py; logs to $$OUT (tools/gpu_check.sh); with
+#                     build-c/gpu-deploy (`make gpu-deploy`, here) carried, the C++ runner on cuda
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
 #   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
@@ -79,7 +80,7 @@ DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenb
 DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py tests/test_one_road.py
 
-.PHONY: all venv ext test test-gpu ctest asan bench-kernels debian-test blas-scipy-test demo bench clean distclean \
+.PHONY: all venv ext test test-gpu gpu-deploy ctest asan bench-kernels debian-test blas-scipy-test demo bench clean distclean \
         test-aarch64 ctest-portable wheel-test clang-check
 
 all: test
@@ -119,6 +120,10 @@ test: venv ext
 
 test-gpu:
 	bash tools/gpu_check.sh
+
+# the C++ runner's TVM CUDA artifacts for `make test-gpu` (built here: TVM, pip's nvcc)
+gpu-deploy: venv ext
+	$(VPY) tools/gpu_deploy.py build-c/gpu-deploy
 
 # GNU OpenMP, preloaded for the second C test run of `make test` (the engine runs its
 # parallel jobs on a loaded libgomp's team, as next to PyTorch)
