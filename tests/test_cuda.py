@@ -535,3 +535,32 @@ def test_cpp_runner_cuda_detects_mismatch(gpu_runner, tmp_path):
     want.tofile(tmp_path / "out0.bin")
     r = _run_case(gpu_runner, "bi-2layers", manifest=str(tmp_path / "manifest.txt"))
     assert r.returncode == 1 and "output 0: float32" in r.stdout and "FAIL" in r.stdout, r.stdout
+
+
+@gpu
+def test_activations_within_5e7(path):
+    """The kernels' sigmoid and tanh (__expf based) against float64 over gate inputs in
+    [-30, 30], NaN and infinities: one step from zero state with W_hh = 0, so
+    c = sigmoid(i) tanh(g) and h = sigmoid(o) tanh(c)."""
+    H, B = 8, 2048
+    rng = np.random.default_rng(9)
+    g = rng.uniform(-30, 30, (B, 1, 4 * H))
+    g[:64] = rng.uniform(-3, 3, (64, 1, 4 * H))
+    g[0, 0, :4] = [np.inf, -np.inf, np.nan, 0.0]
+    gt = torch.tensor(g, dtype=torch.float32, device="cuda")
+    ws = [torch.zeros(4 * H, 3, device="cuda"), torch.zeros(4 * H, H, device="cuda")]
+    y = torch.empty(B, 1, H, device="cuda")
+    h_n, c_n = torch.empty(1, B, H, device="cuda"), torch.empty(1, B, H, device="cuda")
+    _core.forward(gt, None, None, None, ws, y, h_n, c_n, num_layers=1, bidirectional=False,
+                  has_bias=False, batch_first=True, x_gates=True,
+                  stream=torch.cuda.current_stream().cuda_stream)
+    g64 = gt.double().cpu().numpy()[:, 0]
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = sig(g64[:, :H]) * np.tanh(g64[:, 2 * H:3 * H])
+        h = sig(g64[:, 3 * H:]) * np.tanh(c)
+    for got, want in ((c_n[0], c), (h_n[0], h), (y[:, 0], h)):
+        got = got.double().cpu().numpy()
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        assert np.abs(got[ok] - want[ok]).max() <= 5e-7

@@ -3,7 +3,8 @@
 // Compiled at run time by NVRTC (src/cuda/module.c) with no headers; every
 // size the loops depend on arrives as a -D option, so each (shape, dtype)
 // gets its own module. Arithmetic is exact float32: fused multiply-adds in a
-// fixed order (so every run gives the same bits), IEEE expf/tanhf, no TF32.
+// fixed order (so every run gives the same bits), no TF32; activations through
+// the special function unit's exp2 (kl_sigmoid, kl_tanh).
 //
 // Options common to all kernels:
 //   KL_H, KL_R       hidden size and recurrent width (R = proj_size or H)
@@ -58,7 +59,10 @@ struct kl_rec_args {
 
 // ---- elementwise ----------------------------------------------------------------
 
-__device__ __forceinline__ float kl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// sigmoid and tanh from __expf (ex2.approx) and a fast reciprocal: within 3e-7 of
+// the exact values, saturating at +-inf, NaN in -> NaN out.
+__device__ __forceinline__ float kl_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+__device__ __forceinline__ float kl_tanh(float x) { return 2.0f * kl_sigmoid(2.0f * x) - 1.0f; }
 
 __device__ __forceinline__ float kl_round_w(float w) {
 #if KL_WT == 1  // bfloat16, round to nearest even (NaN kept quiet)
@@ -316,9 +320,9 @@ extern "C" __global__ void __launch_bounds__(256) kl_lstm_step(const __grid_cons
   const i64 ci = ((i64)dir * a.B + b) * KL_H + u;
   const float c_prev = a.cbuf[ci];
   const float ig = kl_sigmoid(g[0] + Gs[bl][ul]), fg = kl_sigmoid(g[1] + Gs[bl][KL_SU + ul]);
-  const float gg = tanhf(g[2] + Gs[bl][2 * KL_SU + ul]), og = kl_sigmoid(g[3] + Gs[bl][3 * KL_SU + ul]);
+  const float gg = kl_tanh(g[2] + Gs[bl][2 * KL_SU + ul]), og = kl_sigmoid(g[3] + Gs[bl][3 * KL_SU + ul]);
   const float c = fg * c_prev + ig * gg;
-  const float m = og * tanhf(c);
+  const float m = og * kl_tanh(c);
   a.cbuf[ci] = c;
   if (a.c_n && s == kl_len(a, b) - 1) a.c_n[ci] = c;
 #if KL_R == KL_H
@@ -420,6 +424,27 @@ __device__ __forceinline__ void kl_cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+// The biases of (dir, b, unit)'s four gates summed once (b_ih + b_hh + gate_bias):
+// the recurrence then loads only the gate inputs each step.
+__device__ __forceinline__ void kl_gate_biases(const kl_gates_in& gi, int dir, int b, int unit, int B,
+                                               float out[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    float v = 0.0f;
+    if (gi.b_ih[dir]) v = gi.b_ih[dir][(i64)(q * KL_H + unit) * gi.sb_ih[dir]];
+    if (gi.b_hh[dir]) v += gi.b_hh[dir][(i64)(q * KL_H + unit) * gi.sb_hh[dir]];
+    if (gi.gate_bias) v += gi.gate_bias[((i64)dir * B + b) * 4 * KL_H + q * KL_H + unit];
+    out[q] = v;
+  }
+}
+
+__device__ __forceinline__ void kl_load_gates_plus(const kl_gates_in& gi, int dir, int b, int unit, int t,
+                                                   const float bias[4], float out[4]) {
+  const float* row = gi.g + t * gi.g_st + b * gi.g_sb + dir * 4 * KL_H + unit;
+#pragma unroll
+  for (int q = 0; q < 4; q++) out[q] = row[q * KL_H] + bias[q];
+}
+
 // Dynamic shared memory: hs[2][NB][R] (h of the previous step, written by every
 // CTA of the cluster), red[KS][NB][ROWS] (partial sums).
 extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __grid_constant__ kl_rec_args a) {
@@ -453,15 +478,16 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
   // gate inputs two steps ahead, in two register sets used on alternate steps:
   // a load is issued a whole step before its use
   float ga[4] = {0.0f, 0.0f, 0.0f, 0.0f}, gb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  float c = 0.0f, h = 0.0f;
+  float c = 0.0f, h = 0.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   unsigned dst[KL_C];
   if (live) {
     if (a.c0) c = a.c0[((i64)dir * a.B + b) * KL_H + u];
     if (a.h0) h = a.h0[((i64)dir * a.B + b) * KL_R + u];
+    kl_gate_biases(a.gi, dir, b, u, a.B, bias);
     int t = kl_time(a, dir, b, 0);
-    if (t >= 0) kl_load_gates(a.gi, dir, b, u, t, a.B, ga);
+    if (t >= 0) kl_load_gates_plus(a.gi, dir, b, u, t, bias, ga);
     t = kl_time(a, dir, b, 1);
-    if (t >= 0) kl_load_gates(a.gi, dir, b, u, t, a.B, gb);
+    if (t >= 0) kl_load_gates_plus(a.gi, dir, b, u, t, bias, gb);
   }
   if (cell) {
     const unsigned base = kl_smem_addr(hs + bl * KL_R + u);
@@ -506,9 +532,9 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
         for (int j = 0; j < KL_KS; j++) sum += red[(j * KL_NB + bl) * KL_ROWS + q * KL_HU + ul];
         v[q] = sum;
       }
-      const float ig = kl_sigmoid(v[0]), fg = kl_sigmoid(v[1]), gg = tanhf(v[2]), og = kl_sigmoid(v[3]);
+      const float ig = kl_sigmoid(v[0]), fg = kl_sigmoid(v[1]), gg = kl_tanh(v[2]), og = kl_sigmoid(v[3]);
       c = fg * c + ig * gg;
-      h = og * tanhf(c);
+      h = og * kl_tanh(c);
       const unsigned off = (unsigned)(((cur ^ 1) * KL_NB * KL_R) * sizeof(float));
 #pragma unroll
       for (int r = 0; r < KL_C; r++) kl_st_cluster(dst[r] + off, h);
@@ -519,7 +545,7 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
     if (live) {
       a.y[ty * a.y_st + b * a.y_sb + dir * KL_R + u] = s < len ? h : 0.0f;
       const int tn = kl_time(a, dir, b, s + 2);
-      if (tn >= 0) kl_load_gates(a.gi, dir, b, u, tn, a.B, g);
+      if (tn >= 0) kl_load_gates_plus(a.gi, dir, b, u, tn, bias, g);
     }
     kl_cluster_wait();
   };
