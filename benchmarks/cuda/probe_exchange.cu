@@ -2,12 +2,13 @@
 //
 //   nvcc -O3 -arch=sm_90a -o probe_exchange probe_exchange.cu && ./probe_exchange [T]
 //
-// Two clusters (one per direction) of C = 8 CTAs x 512 threads, as kl_lstm_cluster
-// runs Kokoro's shape (H = 256, B = 1), repeat T steps of a part of its step with
-// no arithmetic: (0) the cluster barrier alone; (1) + each CTA's 32 h values
-// stored to all 8 CTAs' shared memory (DSMEM); (2) + the CTA barrier and the
-// shared-memory reads of the gate reduction. Prints microseconds per step (median
-// of 21 launches, launch overhead included once per T steps).
+// Two clusters (one per direction) of C CTAs x 512 threads (C = 8 is how
+// kl_lstm_cluster runs Kokoro's shape, H = 256, B = 1; 2, 4 and 16 for comparison)
+// repeat T steps of a part of its step with no arithmetic: (0) the cluster barrier
+// alone; (1) + each CTA's H / C h values stored to all C CTAs' shared memory
+// (DSMEM); (2) + the CTA barrier and the shared-memory reads of the gate
+// reduction. Prints microseconds per step (median of 21 launches, launch overhead
+// included once per T steps).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,7 +16,7 @@
 #include <cstdlib>
 #include <vector>
 
-constexpr int C = 8, NT = 512, HU = 32, R = 256;
+constexpr int NT = 512, R = 256;
 
 __device__ __forceinline__ unsigned rank_in_cluster() {
   unsigned r;
@@ -28,8 +29,9 @@ __device__ __forceinline__ unsigned map_rank(unsigned addr, unsigned rank) {
   return r;
 }
 
-template <int MODE>
-__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(NT, 1) probe(int T, float* out) {
+template <int C, int MODE>
+__global__ void __launch_bounds__(NT, 1) probe(int T, float* out) {
+  constexpr int HU = R / C;
   __shared__ __align__(16) float hs[2 * R];
   __shared__ float red[4 * 4 * HU * 4];
   const int tid = threadIdx.x;
@@ -54,22 +56,38 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(NT, 1) probe(int T, 
       for (int r = 0; r < C; r++)
         asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(dst[r] + off), "f"(h) : "memory");
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    if (MODE >= 3) {
+      // the storing threads publish their stores; every thread arrives relaxed
+      if (MODE == 3 && tid < HU) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+      asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    } else {
+      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    }
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
     acc += hs[(cur ^ 1) * R + tid % R];
   }
   if (acc == 12345.0f) out[0] = acc;  // keeps the loop
 }
 
-template <int MODE>
+template <int C, int MODE>
 static float us_per_step(int T, float* out) {
+  cudaFuncSetAttribute(probe<C, MODE>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = C;
+  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(2 * C);
+  cfg.blockDim = dim3(NT);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   std::vector<float> ms;
   for (int i = 0; i < 22; i++) {
     cudaEventRecord(a);
-    probe<MODE><<<2 * C, NT>>>(T, out);
+    cudaLaunchKernelEx(&cfg, probe<C, MODE>, T, out);
     cudaEventRecord(b);
     cudaEventSynchronize(b);
     float t = 0.0f;
@@ -93,10 +111,16 @@ int main(int argc, char** argv) {
   cudaMalloc(&out, sizeof(float));
   cudaDeviceProp p;
   cudaGetDeviceProperties(&p, 0);
-  std::printf("%s, T = %d, 2 clusters of %d CTAs x %d threads\n", p.name, T, C, NT);
-  std::printf("cluster barrier alone:              %.3f us/step\n", us_per_step<0>(T, out));
-  std::printf("+ DSMEM stores of h (8 CTAs):       %.3f us/step\n", us_per_step<1>(T, out));
-  std::printf("+ CTA barrier and reduction reads:  %.3f us/step\n", us_per_step<2>(T, out));
+  std::printf("%s, T = %d, 2 clusters of C CTAs x %d threads, us/step:\n", p.name, T, NT);
+  std::printf(" C  barrier  +DSMEM  +CTA barrier and reads  (3) relaxed arrive, storers fence  (4) no fence\n");
+  std::printf(" 2  %7.3f %7.3f %7.3f %7.3f %7.3f\n", us_per_step<2, 0>(T, out), us_per_step<2, 1>(T, out), us_per_step<2, 2>(T, out),
+              us_per_step<2, 3>(T, out), us_per_step<2, 4>(T, out));
+  std::printf(" 4  %7.3f %7.3f %7.3f %7.3f %7.3f\n", us_per_step<4, 0>(T, out), us_per_step<4, 1>(T, out), us_per_step<4, 2>(T, out),
+              us_per_step<4, 3>(T, out), us_per_step<4, 4>(T, out));
+  std::printf(" 8  %7.3f %7.3f %7.3f %7.3f %7.3f\n", us_per_step<8, 0>(T, out), us_per_step<8, 1>(T, out), us_per_step<8, 2>(T, out),
+              us_per_step<8, 3>(T, out), us_per_step<8, 4>(T, out));
+  std::printf("16  %7.3f %7.3f %7.3f %7.3f %7.3f\n", us_per_step<16, 0>(T, out), us_per_step<16, 1>(T, out), us_per_step<16, 2>(T, out),
+              us_per_step<16, 3>(T, out), us_per_step<16, 4>(T, out));
   cudaFree(out);
   return 0;
 }
