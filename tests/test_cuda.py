@@ -94,13 +94,15 @@ def test_cuda_errors_without_a_gpu():
 
 torch = pytest.importorskip("torch") if not REQUIRE else __import__("torch")
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-PATHS = ["cluster", "step"]
+PATHS = ["cluster", "cluster-barrier", "step"]
 
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    """The recurrence path the test runs on."""
-    monkeypatch.setenv("KOKORO_LSTM_CUDA_RECURRENCE", request.param)
+    """The recurrence path the test runs on (the cluster path with each exchange)."""
+    monkeypatch.setenv("KOKORO_LSTM_CUDA_RECURRENCE", request.param.split("-")[0])
+    monkeypatch.setenv("KOKORO_LSTM_CUDA_EXCHANGE",
+                       "barrier" if request.param.endswith("barrier") else "mbarrier")
     return request.param
 
 
@@ -189,7 +191,7 @@ def test_semantics_against_float64(case, path):
     I, H, L, D, proj, B, T, bias, states, lengths, bfirst = case
     rng = np.random.default_rng(abs(hash(case)) % 2**32)
     x, ws, h0, c0, ln = _case(rng, I, H, L, D, proj, B, T, bias, states, lengths, bfirst)
-    if path == "cluster" and (proj or H % 4):
+    if path.startswith("cluster") and (proj or H % 4):
         with pytest.raises(ValueError, match="cluster"):
             _run_cuda(x, ws, L, D, H, proj, bias, h0, c0, ln, bfirst)
         return

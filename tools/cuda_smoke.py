@@ -1,5 +1,6 @@
-"""A few small CUDA calls over both recurrence paths, for compute-sanitizer
-(memcheck, racecheck, synccheck): `make test-gpu` runs it under each tool."""
+"""A few small CUDA calls over the recurrence paths (the cluster path with both
+exchanges), for compute-sanitizer (memcheck, racecheck, synccheck): `make test-gpu`
+runs it under each tool."""
 import os
 import sys
 
@@ -33,8 +34,9 @@ def run(I, H, L, D, proj, B, T, lengths, dtype="float32"):
     assert torch.isfinite(y).all()
 
 
-for path in ("cluster", "step"):
+for path, exchange in (("cluster", "mbarrier"), ("cluster", "barrier"), ("step", "mbarrier")):
     os.environ["KOKORO_LSTM_CUDA_RECURRENCE"] = path
+    os.environ["KOKORO_LSTM_CUDA_EXCHANGE"] = exchange
     run(64, 256, 1, 2, 0, 1, 6, False)
     run(16, 64, 2, 2, 0, 5, 5, True, "bfloat16")
     run(8, 32, 1, 1, 0, 40, 4, True)

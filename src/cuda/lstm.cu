@@ -416,6 +416,33 @@ __device__ __forceinline__ void kl_st_cluster(unsigned addr, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
 }
 
+// Point-to-point exchange (KL_XCHG 1): each CTA's mbarrier counts the bytes its
+// peers' st.async stores deliver into its h buffer.
+__device__ __forceinline__ void kl_mbar_init(unsigned addr) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(addr) : "memory");
+}
+
+__device__ __forceinline__ void kl_mbar_expect(unsigned addr, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(addr), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void kl_mbar_wait(unsigned addr, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void kl_st_async(unsigned addr, float v, unsigned mbar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr),
+               "r"(__float_as_uint(v)), "r"(mbar)
+               : "memory");
+}
+
 __device__ __forceinline__ void kl_cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
@@ -445,11 +472,16 @@ __device__ __forceinline__ void kl_load_gates_plus(const kl_gates_in& gi, int di
   for (int q = 0; q < 4; q++) out[q] = row[q * KL_H] + bias[q];
 }
 
-// Dynamic shared memory: hs[2][NB][R] (h of the previous step, written by every
-// CTA of the cluster), red[KS][NB][ROWS] (partial sums).
+#ifndef KL_XCHG
+#define KL_XCHG 1  // 1: mbarrier-counted st.async; 0: one cluster barrier per step
+#endif
+
+// Dynamic shared memory: two mbarriers (16 bytes), hs[2][NB][R] (h of the previous
+// step, written by every CTA of the cluster), red[KS][NB][ROWS] (partial sums).
 extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __grid_constant__ kl_rec_args a) {
   extern __shared__ __align__(16) float smem[];
-  float* hs = smem;
+  unsigned long long* mbar = reinterpret_cast<unsigned long long*>(smem);
+  float* hs = smem + 4;
   float* red = hs + 2 * KL_NB * KL_R;
   const int tid = threadIdx.x;
   const unsigned rank = kl_cluster_rank();
@@ -465,8 +497,9 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
 #pragma unroll
     for (int k = 0; k < KL_KPT; k++) w[k] = holds ? kl_round_w(wr[k]) : 0.0f;
   }
-  // h0 into hs[0]; hs[1] zeroed (rows that never send are read, then ignored)
-  for (int i = tid; i < 2 * KL_NB * KL_R; i += KL_NT) {
+  // h0 into hs[0]; with the barrier exchange hs[1] is zeroed too (rows that never
+  // send are read, then ignored), with st.async every row of it is sent before use
+  for (int i = tid; i < (KL_XCHG ? 1 : 2) * KL_NB * KL_R; i += KL_NT) {
     const int bl = (i / KL_R) % KL_NB, j = i % KL_R;
     hs[i] = (i < KL_NB * KL_R && bl < nb && a.h0) ? a.h0[((i64)dir * a.B + b0 + bl) * KL_R + j] : 0.0f;
   }
@@ -480,6 +513,20 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
   float ga[4] = {0.0f, 0.0f, 0.0f, 0.0f}, gb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float c = 0.0f, h = 0.0f, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   unsigned dst[KL_C];
+#if KL_XCHG
+  unsigned dstm[KL_C];
+  const unsigned xbytes = KL_C * KL_HU * KL_NB * sizeof(float);  // one phase: every peer's slice
+  const unsigned mb = kl_smem_addr(mbar);
+  if (tid == 0) {
+    kl_mbar_init(mb);
+    kl_mbar_init(mb + 8);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    // phase 0 of each: step 0's slices land in hs[1], step 1's in hs[0]; step s
+    // re-arms the one it waited on for step s+1's slices
+    if (a.T > 1) kl_mbar_expect(mb + 8, xbytes);
+    if (a.T > 2) kl_mbar_expect(mb, xbytes);
+  }
+#endif
   if (live) {
     if (a.c0) c = a.c0[((i64)dir * a.B + b) * KL_H + u];
     if (a.h0) h = a.h0[((i64)dir * a.B + b) * KL_R + u];
@@ -493,12 +540,22 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
     const unsigned base = kl_smem_addr(hs + bl * KL_R + u);
 #pragma unroll
     for (int r = 0; r < KL_C; r++) dst[r] = kl_map_rank(base, r);
+#if KL_XCHG
+#pragma unroll
+    for (int r = 0; r < KL_C; r++) dstm[r] = kl_map_rank(mb, r);
+#endif
   }
   kl_cluster_arrive();  // every CTA of the cluster has started and set its state
   kl_cluster_wait();
 
   auto step = [&](int s, float (&g)[4]) {
     const int cur = s & 1;
+#if KL_XCHG
+    if (s > 0) {  // every peer's slice of step s-1 has arrived in hs[cur]
+      kl_mbar_wait(mb + 8 * cur, ((s - 1) >> 1) & 1);
+      if (tid == 0 && s + 2 < a.T) kl_mbar_expect(mb + 8 * cur, xbytes);  // step s+1's slices
+    }
+#endif
     if (holds) {
       float acc[KL_NB];
       const float* hk = hs + cur * KL_NB * KL_R + ks * KL_KPT;
@@ -535,19 +592,33 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
       const float ig = kl_sigmoid(v[0]), fg = kl_sigmoid(v[1]), gg = kl_tanh(v[2]), og = kl_sigmoid(v[3]);
       c = fg * c + ig * gg;
       h = og * kl_tanh(c);
+#if !KL_XCHG
       const unsigned off = (unsigned)(((cur ^ 1) * KL_NB * KL_R) * sizeof(float));
 #pragma unroll
       for (int r = 0; r < KL_C; r++) kl_st_cluster(dst[r] + off, h);
+#endif
     }
+#if KL_XCHG
+    // every cell thread sends every step but the last (finished and padding rows
+    // too: each phase expects a fixed byte count)
+    if (cell && s + 1 < a.T) {
+      const unsigned off = (unsigned)(((cur ^ 1) * KL_NB * KL_R) * sizeof(float));
+#pragma unroll
+      for (int r = 0; r < KL_C; r++) kl_st_async(dst[r] + off, h, dstm[r] + 8 * (cur ^ 1));
+    }
+#else
     // The barrier's release orders only the exchange above; global memory
     // traffic goes between arrive and wait, off the step's critical path.
     kl_cluster_arrive();
+#endif
     if (live) {
       a.y[ty * a.y_st + b * a.y_sb + dir * KL_R + u] = s < len ? h : 0.0f;
       const int tn = kl_time(a, dir, b, s + 2);
       if (tn >= 0) kl_load_gates_plus(a.gi, dir, b, u, tn, bias, g);
     }
+#if !KL_XCHG
     kl_cluster_wait();
+#endif
   };
   for (int s = 0; s < a.T; s += 2) {
     step(s, ga);

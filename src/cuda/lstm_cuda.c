@@ -27,6 +27,7 @@ typedef struct {
 } gates_in;
 
 #define LCAP_MAX 4096
+#define KL_CUDA_EXCHANGE_DEFAULT 1
 typedef struct {
   gates_in gi;
   const float* w_hh[2];
@@ -203,9 +204,18 @@ static int forced_path(void) {
   return !strcmp(e, "cluster") ? 1 : !strcmp(e, "step") ? 2 : -1;
 }
 
-/* h's two buffers and the partial sums */
+/* two mbarriers, h's two buffers, the partial sums */
 static size_t cluster_smem(int NB, int R, int ntw) {
-  return sizeof(float) * ((size_t)2 * NB * R + (size_t)NB * ntw);
+  return 16 + sizeof(float) * ((size_t)2 * NB * R + (size_t)NB * ntw);
+}
+
+/* How the cluster's CTAs exchange h each step: KOKORO_LSTM_CUDA_EXCHANGE = mbarrier
+ * (the default: st.async stores counted by each CTA's mbarrier, no fence) or barrier
+ * (stores, then one cluster barrier with release/acquire); -1 if set to anything else. */
+static int exchange_kind(void) {
+  const char* e = getenv("KOKORO_LSTM_CUDA_EXCHANGE");
+  if (!e || !*e) return KL_CUDA_EXCHANGE_DEFAULT;
+  return !strcmp(e, "barrier") ? 0 : !strcmp(e, "mbarrier") ? 1 : -1;
 }
 
 #define DEF(buf, ...) snprintf(buf, sizeof(buf), __VA_ARGS__)
@@ -307,8 +317,8 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
   static _Thread_local rec_args ra_buf;
   rec_args* ra = &ra_buf;
   memset(ra, 0, sizeof(*ra));
-  char d_h[32], d_r[32], d_wt[32], d_lcap[32], d_c[32], d_nb[32], d_nt[32], d_ntw[32];
-  const char* defs[8] = {d_h, d_r, d_wt, d_lcap, d_c, d_nb, d_nt, d_ntw};
+  char d_h[32], d_r[32], d_wt[32], d_lcap[32], d_c[32], d_nb[32], d_nt[32], d_ntw[32], d_x[32];
+  const char* defs[9] = {d_h, d_r, d_wt, d_lcap, d_c, d_nb, d_nt, d_ntw, d_x};
   DEF(d_h, "-DKL_H=%d", H);
   DEF(d_r, "-DKL_R=%d", R);
   DEF(d_wt, "-DKL_WT=%d", wt);
@@ -323,7 +333,13 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
     DEF(d_nt, "-DKL_NT=%d", nt);
     DEF(d_ntw, "-DKL_NTW=%d", ntw);
     DEF(d_nb, "-DKL_NB=1");
-    if (!(k = kl_cuda_module(dv->dev, defs, 8, err, n))) goto done;
+    const int xk = exchange_kind();
+    if (xk < 0) {
+      snprintf(err, n, "KOKORO_LSTM_CUDA_EXCHANGE must be barrier or mbarrier");
+      goto done;
+    }
+    DEF(d_x, "-DKL_XCHG=%d", xk);
+    if (!(k = kl_cuda_module(dv->dev, defs, 9, err, n))) goto done;
     if (!k->cluster) {
       snprintf(err, n, "CUDA: the cluster kernel was not built for this device");
       goto done;
@@ -348,7 +364,7 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
     while (NB > 1 && cluster_smem(NB, R, ntw) > (size_t)dv->smem_optin) NB--;
     if (NB > 1) {
       DEF(d_nb, "-DKL_NB=%d", NB);
-      if (!(k = kl_cuda_module(dv->dev, defs, 8, err, n))) goto done;
+      if (!(k = kl_cuda_module(dv->dev, defs, 9, err, n))) goto done;
     }
     groups = (unsigned)((B + NB - 1) / NB);
     smem = cluster_smem(NB, R, ntw);
@@ -501,21 +517,21 @@ kl_status kl_cuda_compile_check(const char* arch) {
   }
   /* every kernel and option the engine uses: the step path (with and without a
    * projection, lengths, rounded weights) everywhere, the cluster path on sm_90+ */
-  static const char* const configs[][8] = {
+  static const char* const configs[][9] = {
       {"-DKL_H=256", "-DKL_R=256", "-DKL_WT=0", "-DKL_LCAP=0"},
       {"-DKL_H=48", "-DKL_R=20", "-DKL_WT=1", "-DKL_LCAP=64"},
       {"-DKL_H=7", "-DKL_R=7", "-DKL_WT=2", "-DKL_LCAP=4096"},
       {"-DKL_H=256", "-DKL_R=256", "-DKL_WT=0", "-DKL_LCAP=64", "-DKL_C=8", "-DKL_NB=1", "-DKL_NT=512",
-       "-DKL_NTW=512"},
+       "-DKL_NTW=512", "-DKL_XCHG=1"},
       {"-DKL_H=64", "-DKL_R=64", "-DKL_WT=1", "-DKL_LCAP=1024", "-DKL_C=1", "-DKL_NB=16", "-DKL_NT=512",
-       "-DKL_NTW=512"},
+       "-DKL_NTW=512", "-DKL_XCHG=0"},
   };
   const int sm90 = (strncmp(arch, "sm_", 3) == 0 || strncmp(arch, "compute_", 8) == 0) &&
                    atoi(strchr(arch, '_') + 1) >= 90;
   char err[4096];
   for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
     int nd = 0;
-    while (nd < 8 && configs[i][nd]) nd++;
+    while (nd < 9 && configs[i][nd]) nd++;
     if (nd > 4 && !sm90) continue;
     if (kl_cuda_compile_only(arch, configs[i], nd, err, sizeof(err))) {
       kl_set_error(err);
