@@ -37,6 +37,7 @@ def run(I, H, L, D, proj, B, T, lengths, dtype="float32"):
 for path, exchange in (("cluster", "mbarrier"), ("cluster", "barrier"), ("step", "mbarrier")):
     os.environ["KOKORO_LSTM_CUDA_RECURRENCE"] = path
     os.environ["KOKORO_LSTM_CUDA_EXCHANGE"] = exchange
+    print(f"== {path} {exchange}", flush=True)
     run(64, 256, 1, 2, 0, 1, 6, False)
     run(16, 64, 2, 2, 0, 5, 5, True, "bfloat16")
     run(8, 32, 1, 1, 0, 40, 4, True)

@@ -477,7 +477,9 @@ __device__ __forceinline__ void kl_load_gates_plus(const kl_gates_in& gi, int di
 #endif
 
 // Dynamic shared memory: two mbarriers (16 bytes), hs[2][NB][R] (h of the previous
-// step, written by every CTA of the cluster), red[KS][NB][ROWS] (partial sums).
+// step, written by every CTA of the cluster), red[2][KS][NB][ROWS] (partial sums;
+// two buffers by step parity: with the mbarrier exchange no CTA-wide barrier
+// separates a step's cell reads from the next step's writes, only the step after's).
 extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __grid_constant__ kl_rec_args a) {
   extern __shared__ __align__(16) float smem[];
   unsigned long long* mbar = reinterpret_cast<unsigned long long*>(smem);
@@ -575,7 +577,7 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
         acc[r] = (s4[0] + s4[1]) + (s4[2] + s4[3]);
       }
 #pragma unroll
-      for (int r = 0; r < KL_NB; r++) red[(ks * KL_NB + r) * KL_ROWS + row] = acc[r];
+      for (int r = 0; r < KL_NB; r++) red[((cur * KL_KS + ks) * KL_NB + r) * KL_ROWS + row] = acc[r];
     }
     __syncthreads();
     int ty = s;  // y's position this step: the row's time, or s as padding
@@ -586,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(KL_NT, 1) kl_lstm_cluster(const __g
       for (int q = 0; q < 4; q++) {
         float sum = g[q];
 #pragma unroll
-        for (int j = 0; j < KL_KS; j++) sum += red[(j * KL_NB + bl) * KL_ROWS + q * KL_HU + ul];
+        for (int j = 0; j < KL_KS; j++) sum += red[((cur * KL_KS + j) * KL_NB + bl) * KL_ROWS + q * KL_HU + ul];
         v[q] = sum;
       }
       const float ig = kl_sigmoid(v[0]), fg = kl_sigmoid(v[1]), gg = kl_tanh(v[2]), og = kl_sigmoid(v[3]);

@@ -204,9 +204,9 @@ static int forced_path(void) {
   return !strcmp(e, "cluster") ? 1 : !strcmp(e, "step") ? 2 : -1;
 }
 
-/* two mbarriers, h's two buffers, the partial sums */
+/* two mbarriers, h's two buffers, the partial sums' two buffers */
 static size_t cluster_smem(int NB, int R, int ntw) {
-  return 16 + sizeof(float) * ((size_t)2 * NB * R + (size_t)NB * ntw);
+  return 16 + sizeof(float) * ((size_t)2 * NB * R + (size_t)2 * NB * ntw);
 }
 
 /* How the cluster's CTAs exchange h each step: KOKORO_LSTM_CUDA_EXCHANGE = mbarrier
@@ -338,7 +338,7 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
       snprintf(err, n, "KOKORO_LSTM_CUDA_EXCHANGE must be barrier or mbarrier");
       goto done;
     }
-    DEF(d_x, "-DKL_XCHG=%d", xk);
+    DEF(d_x, "-DKL_XCHG=%d", C > 1 ? xk : 0); /* st.async needs a peer CTA */
     if (!(k = kl_cuda_module(dv->dev, defs, 9, err, n))) goto done;
     if (!k->cluster) {
       snprintf(err, n, "CUDA: the cluster kernel was not built for this device");
