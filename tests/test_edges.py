@@ -51,7 +51,7 @@ def test_one_count_for_every_front():
 def test_torch_thread_setting_limits_the_default(monkeypatch):
     torch = require("torch")
     monkeypatch.delenv("KOKORO_LSTM_NUM_THREADS", raising=False)
-    monkeypatch.setattr(_threads, "usable_cores", lambda *a, **k: 4)
+    monkeypatch.setenv("KOKORO_LSTM_MAX_THREADS", "4")
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -77,7 +77,7 @@ def test_threadpoolctl_sees_and_limits_our_pool():
         assert kokoro_lstm.numpy_api._num_threads(2) == 1
         assert np.array_equal(m(X, num_threads=2)[0], want)
     assert kokoro_lstm.get_num_threads() == 2  # restored
-    assert _threads._tpc_limit is None
+    assert kokoro_lstm._core.thread_limit() == 0
     with threadpoolctl.threadpool_limits(limits=1, user_api="kokoro_lstm"):
         assert kokoro_lstm.get_num_threads() == 1
     assert kokoro_lstm.get_num_threads() == 2
@@ -176,13 +176,16 @@ def test_cgroup_v1_quota(tmp_path):
     assert _threads.cgroup_cpu_limit(root, pf) is None
 
 
-def test_cgroup_quota_sets_the_default(monkeypatch):
+def test_cgroup_quota_sets_the_default(monkeypatch, tmp_path):
     monkeypatch.delenv("KOKORO_LSTM_NUM_THREADS", raising=False)
     monkeypatch.delenv("KOKORO_LSTM_MAX_THREADS", raising=False)
-    monkeypatch.setattr(_threads, "cgroup_cpu_limit", lambda *a, **k: 1.0)
-    assert kokoro_lstm.get_num_threads() == 1
-    kokoro_lstm.set_num_threads(8)  # capped at the quota
-    assert kokoro_lstm.get_num_threads() == 1
+    _threads._set_cgroup_paths(*_cgroup(tmp_path, "0::/\n", {"cpu.max": "100000 100000\n"}))
+    try:
+        assert kokoro_lstm.get_num_threads() == 1
+        kokoro_lstm.set_num_threads(8)  # capped at the quota
+        assert kokoro_lstm.get_num_threads() == 1
+    finally:
+        _threads._set_cgroup_paths()
 
 
 def test_missing_cgroup_files(tmp_path):

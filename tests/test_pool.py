@@ -108,6 +108,25 @@ def test_on_the_openmp_team_every_member_gets_its_cpu_set_back():
     assert out["before"] == out["after"] and len(out["after"]) == 1, out
 
 
+def test_the_pool_choice_is_a_parameter_with_the_environment_as_default():
+    """set_pool beats KOKORO_LSTM_POOL / KOKORO_LSTM_PIN either way; same bits."""
+    require("torch")
+    choose = """
+from kokoro_lstm import _threads
+_threads.set_pool({pool!r}, pin={pin!r})
+""" + AFTER_TORCH
+    own = _run(choose.format(pool="own", pin=False))
+    auto = _run(choose.format(pool="auto", pin=None), env={"KOKORO_LSTM_POOL": "own"})
+    default = _run(choose.format(pool=None, pin=None),
+                   env={"KOKORO_LSTM_POOL": "own", "KOKORO_LSTM_PIN": "0"})
+    assert own["pool"] == "own" and own["jobs_openmp"] == 0 and own["jobs_own"] > 0
+    assert not own["foreign"] and not own["pin"]
+    assert auto["pool"] == "openmp" and auto["jobs_openmp"] > 0 and auto["jobs_own"] == 0
+    assert auto["foreign"] and auto["pin"]
+    assert default["pool"] == "own" and not default["foreign"] and not default["pin"]
+    assert own["y"] == auto["y"] == default["y"]
+
+
 def test_a_team_smaller_than_the_call_falls_back_to_the_own_pool():
     """OMP_THREAD_LIMIT=1: libgomp gives a team of one, so nothing of the job runs
     there and the whole job runs on the engine's pool."""

@@ -9,6 +9,7 @@
 
 #include "cache.h"
 #include "internal.h"
+#include "threads.h"
 #include "kl_cuda.h"
 
 static _Thread_local char g_err[1024];
@@ -383,7 +384,7 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
     s = kl_cuda_lstm_forward(&call, g_err, sizeof(g_err));
     goto done;
   }
-  const int nth = kl_threads_cap(a->num_threads ? a->num_threads : kl_get_num_threads());
+  const int nth = kl_threads_resolve(a->num_threads);
   const kl_run_args ra = {T, B, data_of(a->x), x_st, x_sb, (char*)a->y->data + a->y->byte_offset,
                           stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1),
                           a->h0 ? data_of(a->h0) : NULL, a->c0 ? data_of(a->c0) : NULL,

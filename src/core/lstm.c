@@ -28,6 +28,7 @@
 
 #include "blas.h"
 #include "internal.h"
+#include "threads.h"
 
 typedef struct kl_layer {
   size_t in_size; /* input features of this layer */
@@ -405,7 +406,6 @@ static void split(size_t n, int i, int p, size_t* lo, size_t* hi) {
  * direction had work), B = 64 109.8 -> 93.5 ms, B = 16 at 4 threads
  * 72.8 -> 58.6 ms (T = 256, I = 640, H = 256, medians of 21 alternated rounds). */
 #define UNIT_SPLIT_SMALL 8
-#define SHORT_CALL_ROWS 128
 typedef struct split_plan {
   int cg, u; /* chunk groups, unit threads per chunk group; cg * u <= p */
 } split_plan;
@@ -757,14 +757,9 @@ kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih
   const int D = m->D, nl = m->desc.num_layers;
   const size_t esz = m->esz, R = m->R, Rs = m->Rs, H = m->H, Hp = m->Hp;
   const size_t DR = (size_t)D * R, ldg = (size_t)D * 4 * Hp;
-  int nth = kl_threads_cap(a->num_threads); /* the plan below is made for this count */
-  /* A short call of a small batch: threads beyond the recurrence's own
-   * (D x UNIT_SPLIT_SMALL) would only share an input GEMM of fewer than
-   * SHORT_CALL_ROWS rows, and cost more to wake and synchronize than they save
-   * (16-core Xeon, B = 1, H = 256, each alone: T = 16 0.45 ms at 8 threads vs
-   * 0.82 at 16, T = 32 0.67 vs 0.73, T = 64 0.99 vs 1.13; T = 128 1.57 vs 1.29).
-   * The thread count never changes results. */
-  if (B < CHUNK && T * B < SHORT_CALL_ROWS && nth > D * UNIT_SPLIT_SMALL) nth = D * UNIT_SPLIT_SMALL;
+  /* the plan below is made for this count (threads.h: the rule, the short-call cap) */
+  const int nth = kl_threads_short_call(kl_threads_cap(a->num_threads), T * B, B < CHUNK,
+                                        D * UNIT_SPLIT_SMALL);
   if (a->lengths)
     for (int64_t b = 0; b < B; b++)
       if (a->lengths[b] < 1 || a->lengths[b] > T) return KL_ERR_ARG;

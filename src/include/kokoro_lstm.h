@@ -231,8 +231,9 @@ void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
  * process may run on; kl_set_num_threads(n >= 1) overrides it, n = 0 restores
  * the default. Every count, this default and each call's own, runs at most
  * kl_max_threads() threads: KOKORO_LSTM_MAX_THREADS if set to a positive
- * integer, else the CPUs of the affinity mask, at most the cgroup (v2) CPU
- * quota rounded up; never more than 512. Results never depend on the count. */
+ * integer, else the CPUs of the affinity mask, at most the cgroup (v2 or v1)
+ * CPU quota rounded up; never more than 512. The whole rule: docs/threads.md.
+ * Results never depend on the count. */
 int kl_get_num_threads(void);
 void kl_set_num_threads(int n);
 int kl_max_threads(void);

@@ -12,6 +12,7 @@
 
 #include "kl_tvm.h"
 #include "kokoro_lstm.h"
+#include "threads.h"
 
 /* ---- forward: every front's road into kl_lstm_forward ------------------------
  *
@@ -358,14 +359,30 @@ static PyObject* mod_set_pack_hook(PyObject* m, PyObject* fn) {
   Py_RETURN_NONE;
 }
 
+/* ---- threads: the rule is in C (src/core/threads.c); Python passes overrides ---- */
 static PyObject* mod_pool_info(PyObject* m, PyObject* unused) {
   (void)m;
   (void)unused;
   const char* omp = kl_pool_openmp();
   long own, openmp, tvm;
   kl_pool_jobs(&own, &openmp, &tvm);
-  return Py_BuildValue("{s:s,s:z,s:l,s:l,s:l}", "pool", omp ? "openmp" : "own", "openmp", omp,
-                       "jobs_own", own, "jobs_openmp", openmp, "jobs_tvm", tvm);
+  const kl_pool_params p = kl_pool_get_params();
+  return Py_BuildValue("{s:s,s:z,s:l,s:l,s:l,s:i,s:O,s:O}", "pool", omp ? "openmp" : "own",
+                       "openmp", omp, "jobs_own", own, "jobs_openmp", openmp, "jobs_tvm", tvm,
+                       "last_threads", kl_pool_last_threads(), "foreign",
+                       p.foreign ? Py_True : Py_False, "pin", p.pin ? Py_True : Py_False);
+}
+
+/* A count argument in 0..INT_MAX (0: none / the default). */
+static int count_arg(PyObject* arg, int* out) {
+  const long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred()) return 0;
+  if (n < 0 || n > INT_MAX) {
+    PyErr_Format(PyExc_ValueError, "a thread count must be in 0..%d (0: none), got %ld", INT_MAX, n);
+    return 0;
+  }
+  *out = (int)n;
+  return 1;
 }
 
 static PyObject* mod_get_num_threads(PyObject* m, PyObject* unused) {
@@ -375,13 +392,83 @@ static PyObject* mod_get_num_threads(PyObject* m, PyObject* unused) {
 
 static PyObject* mod_set_num_threads(PyObject* m, PyObject* arg) {
   (void)m;
-  const long n = PyLong_AsLong(arg);
-  if (n == -1 && PyErr_Occurred()) return NULL;
-  if (n < 0 || n > 512) {
-    PyErr_Format(PyExc_ValueError, "num_threads must be in 0..512 (0: the default), got %ld", n);
+  int n;
+  if (!count_arg(arg, &n)) return NULL;
+  kl_set_num_threads(n);
+  Py_RETURN_NONE;
+}
+
+static PyObject* mod_resolve_threads(PyObject* m, PyObject* args) {
+  (void)m;
+  int requested, host;
+  if (!PyArg_ParseTuple(args, "ii", &requested, &host)) return NULL;
+  return PyLong_FromLong(kl_threads_resolve_with(requested, host));
+}
+
+static PyObject* mod_set_thread_limit(PyObject* m, PyObject* arg) {
+  (void)m;
+  int n;
+  if (!count_arg(arg, &n)) return NULL;
+  kl_threads_set_limit(n);
+  Py_RETURN_NONE;
+}
+
+static PyObject* mod_thread_limit(PyObject* m, PyObject* unused) {
+  (void)m, (void)unused;
+  return PyLong_FromLong(kl_threads_limit());
+}
+
+static PyObject* mod_set_host_threads(PyObject* m, PyObject* arg) {
+  (void)m;
+  int n;
+  if (!count_arg(arg, &n)) return NULL;
+  kl_threads_set_host(n);
+  Py_RETURN_NONE;
+}
+
+static PyObject* mod_max_threads(PyObject* m, PyObject* unused) {
+  (void)m, (void)unused;
+  return PyLong_FromLong(kl_max_threads());
+}
+
+static PyObject* mod_usable_cpus(PyObject* m, PyObject* args) {
+  (void)m;
+  const char *root = NULL, *proc = NULL;
+  if (!PyArg_ParseTuple(args, "|zz", &root, &proc)) return NULL;
+  if (!root != !proc) {
+    PyErr_SetString(PyExc_ValueError, "usable_cpus takes both paths or neither");
     return NULL;
   }
-  kl_set_num_threads((int)n);
+  return PyLong_FromLong(root ? kl_cpus_within(kl_cgroup_cpu_limit(root, proc)) : kl_usable_cpus());
+}
+
+static PyObject* mod_cgroup_cpu_limit(PyObject* m, PyObject* args) {
+  (void)m;
+  const char *root, *proc;
+  if (!PyArg_ParseTuple(args, "ss", &root, &proc)) return NULL;
+  return PyFloat_FromDouble(kl_cgroup_cpu_limit(root, proc));
+}
+
+static PyObject* mod_set_cgroup_paths(PyObject* m, PyObject* args) {
+  (void)m;
+  const char *root, *proc;
+  if (!PyArg_ParseTuple(args, "zz", &root, &proc)) return NULL;
+  kl_threads_set_cgroup_paths(root, proc);
+  Py_RETURN_NONE;
+}
+
+static PyObject* mod_env_count(PyObject* m, PyObject* arg) {
+  (void)m;
+  const char* name = PyUnicode_AsUTF8(arg);
+  if (!name) return NULL;
+  return PyLong_FromLong(kl_env_count(name));
+}
+
+static PyObject* mod_set_pool_params(PyObject* m, PyObject* args) {
+  (void)m;
+  kl_pool_params p;
+  if (!PyArg_ParseTuple(args, "ii", &p.foreign, &p.pin)) return NULL;
+  kl_pool_set_params(p);
   Py_RETURN_NONE;
 }
 
@@ -585,6 +672,16 @@ static PyMethodDef module_methods[] = {
      "'openmp': libgomp's path or None, 'jobs_own', 'jobs_openmp', 'jobs_tvm': parallel jobs "
      "each pool has run}."},
     {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
+    {"resolve_threads", mod_resolve_threads, METH_VARARGS, "resolve_threads(requested, host): the thread rule (0: the default; host: the host runtime's count, 0 none)."},
+    {"set_thread_limit", mod_set_thread_limit, METH_O, "A limit on every thread count (0: none)."},
+    {"thread_limit", mod_thread_limit, METH_NOARGS, "The limit on every thread count (0: none)."},
+    {"set_host_threads", mod_set_host_threads, METH_O, "The host runtime's thread count, a cap on the automatic default (0: none)."},
+    {"max_threads", mod_max_threads, METH_NOARGS, "The cap on every count: KOKORO_LSTM_MAX_THREADS, else the usable CPUs."},
+    {"usable_cpus", mod_usable_cpus, METH_VARARGS, "usable_cpus(root=None, proc_cgroup=None): CPUs in the affinity mask, at most the cgroup CPU quota rounded up."},
+    {"cgroup_cpu_limit", mod_cgroup_cpu_limit, METH_VARARGS, "cgroup_cpu_limit(root, proc_cgroup): the CPU quota in CPUs (0.0: none)."},
+    {"set_cgroup_paths", mod_set_cgroup_paths, METH_VARARGS, "Test hook: set_cgroup_paths(root, proc_cgroup) for the process's quota (None, None: the default)."},
+    {"env_count", mod_env_count, METH_O, "env_count(name): the environment variable as a thread count, 0 if unset or not one."},
+    {"set_pool_params", mod_set_pool_params, METH_VARARGS, "set_pool_params(foreign, pin): 1/0, or -1 for the environment's default."},
     {"tvm_register", mod_tvm_register, METH_O, "Register the tvm-ffi functions with libtvm_ffi at path."},
     {NULL, NULL, 0, NULL}};
 
