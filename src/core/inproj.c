@@ -69,7 +69,7 @@ static void add_gate_bias(const kl_plan* x, int64_t r0, int64_t mr, size_t n0, s
 /* ---- gates: layer 0's gates given by the caller (x_gates) ---- */
 
 static int gates_applies(const kl_lstm* m, const kl_layer* L, size_t M, int in_gates) {
-  (void)m, (void)L, (void)M;
+  (void)m; (void)L; (void)M;
   return in_gates;
 }
 
@@ -195,7 +195,7 @@ static void bf16_pack(const kl_lstm* m, kl_layer* L, int d, const kl_wsrc* w) {
 }
 
 static int bf16_applies(const kl_lstm* m, const kl_layer* L, size_t M, int in_gates) {
-  (void)L, (void)M;
+  (void)L; (void)M;
   return !in_gates && m->k.gemm != NULL;
 }
 
@@ -310,7 +310,7 @@ static int f32_gemm_applies(const kl_lstm* m, const kl_layer* L, size_t M, int i
 static void f32_gemm_run(const kl_plan* x, int ith, int nth) { block_tiles(x, ith, nth, 1); }
 
 static int blas_applies(const kl_lstm* m, const kl_layer* L, size_t M, int in_gates) {
-  (void)m, (void)L, (void)M;
+  (void)m; (void)L; (void)M;
   return !in_gates;
 }
 

@@ -68,7 +68,6 @@ static inline size_t kl_x6_split_bytes(size_t rows, size_t K) {
   return kl_round_up(rows, 32) * ((K + 31) / 32) * 16 * sizeof(uint32_t);
 }
 
-
 /* float32 input projection for few rows: C[M, N] (ldc) = A[M, K] (lda) * W[N, K]^T (ldw). */
 typedef void (*kl_f32_gemm_ukernel_fn)(size_t M, size_t N, size_t K, const float* A, size_t lda,
                                        const float* W, size_t ldw, float* C, size_t ldc);
@@ -130,10 +129,10 @@ kl_f32_vunary_fn kl_select_vgelu(void);
 typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
 kl_f32_rsum_fn kl_select_rsum(void);
 
-/* ---- weights as found in caller memory (packing input) ---- */
 /* Sets this thread's kl_last_error() message. */
 void kl_set_error(const char* msg);
 
+/* ---- weights as found in caller memory (the CPU and CUDA backends) ---- */
 /* The rows (t, b) of a [T, B, K] tensor with these strides as one strided
  * sequence: row stride ld, row (t, b) = t*gt + b*gb. 0 if they are not one. */
 int kl_row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K, int64_t* ld, int64_t* gt,
@@ -145,7 +144,6 @@ typedef struct kl_wsrc {
   const void *w_ih, *w_hh, *b_ih, *b_hh, *w_hr;
   int64_t ld_ih, ld_hh, ld_hr, s_bi, s_bh;
 } kl_wsrc;
-
 
 /* 128-bit fingerprint of strided rows of bytes (the weight cache's staleness
  * check; fingerprint.c). Deterministic: independent of the thread count. */
