@@ -224,8 +224,8 @@ static kl_status check_args(const kl_forward_args* a) {
   return KL_OK;
 }
 
-/* Every weight tensor of groups [0, L*D) (layer 0's w_ih is checked by the
- * caller); w[g]: where each lies. */
+/* Every weight tensor of the (layer, direction) groups [0, L*D), against the
+ * shapes that layer 0's w_ih set; w[g]: where group g's tensors lie. */
 static kl_status check_weights(const kl_forward_args* a, DLDataType io, int64_t I, int64_t H,
                                int64_t R, kl_wsrc* w) {
   const int D = a->bidirectional ? 2 : 1, P = a->proj_size;
