@@ -6,6 +6,7 @@
 
 #include "blas.h"
 #include "internal.h"
+#include "kokoro_lstm_testing.h"
 
 static double now(void) { return 1e-9 * (double)kl_now_ns(); }
 

@@ -17,9 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
 #include "cache.h"
 #include "kl_cuda.h"
+#include "kokoro_lstm_testing.h"
+#include "scratch.h"
 
 #define KL_CACHE_CAPACITY 64
 /* The packed bytes the table keeps: KOKORO_LSTM_CACHE_MB (MiB, read once) or this.
@@ -46,11 +47,6 @@ static uint64_t g_clock;
 static kl_cache_stats g_stats;
 static void (*g_hook)(void*);
 static void* g_hook_ctx;
-#define KL_SCRATCH_SLOTS 4
-static struct {
-  void* p;
-  size_t cap;
-} g_scratch[KL_SCRATCH_SLOTS]; /* kept work buffers (kl_scratch_take), under g_lock */
 
 static int64_t g_max_bytes = KL_CACHE_DEFAULT_BYTES;
 
@@ -220,68 +216,13 @@ kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* 
   return KL_OK;
 }
 
-static size_t scratch_kept_locked(void) {
-  size_t n = 0;
-  for (int i = 0; i < KL_SCRATCH_SLOTS; i++) n += g_scratch[i].cap;
-  return n;
-}
-
-void* kl_scratch_take(size_t bytes, size_t* cap) {
-  bytes = kl_round_up(bytes ? bytes : 64, 64);
-  pthread_once(&g_once, install_atfork);
-  pthread_mutex_lock(&g_lock);
-  int best = -1; /* the smallest kept buffer that is large enough */
-  for (int i = 0; i < KL_SCRATCH_SLOTS; i++)
-    if (g_scratch[i].p && g_scratch[i].cap >= bytes && (best < 0 || g_scratch[i].cap < g_scratch[best].cap))
-      best = i;
-  void* p = NULL;
-  if (best >= 0) {
-    p = g_scratch[best].p;
-    *cap = g_scratch[best].cap;
-    g_scratch[best].p = NULL;
-    g_scratch[best].cap = 0;
-  }
-  pthread_mutex_unlock(&g_lock);
-  if (p) return p;
-  *cap = bytes;
-  return aligned_alloc(64, bytes);
-}
-
-void kl_scratch_give(void* p, size_t cap) {
-  if (!p) return;
-  pthread_mutex_lock(&g_lock);
-  /* keep it in a free slot, else in place of the smallest kept one if larger,
-   * while the kept total stays within KL_SCRATCH_KEEP; free what is not kept */
-  int slot = -1;
-  for (int i = 0; i < KL_SCRATCH_SLOTS; i++)
-    if (!g_scratch[i].p) { slot = i; break; }
-  if (slot < 0) {
-    slot = 0;
-    for (int i = 1; i < KL_SCRATCH_SLOTS; i++)
-      if (g_scratch[i].cap < g_scratch[slot].cap) slot = i;
-    if (g_scratch[slot].cap >= cap) slot = -1;
-  }
-  void* drop = p;
-  if (slot >= 0 && scratch_kept_locked() - g_scratch[slot].cap + cap <= KL_SCRATCH_KEEP) {
-    drop = g_scratch[slot].p;
-    g_scratch[slot].p = p;
-    g_scratch[slot].cap = cap;
-  }
-  pthread_mutex_unlock(&g_lock);
-  free(drop);
-}
-
 void kl_cache_clear(void) {
   kl_cuda_clear();
   pthread_mutex_lock(&g_lock);
   while (g_n > 0) remove_locked(g_n - 1);
   g_stats = (kl_cache_stats){0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < KL_SCRATCH_SLOTS; i++) {
-    free(g_scratch[i].p);
-    g_scratch[i].p = NULL;
-    g_scratch[i].cap = 0;
-  }
   pthread_mutex_unlock(&g_lock);
+  kl_scratch_clear();
 }
 
 void kl_cache_drop_owner(uint64_t owner) {
@@ -296,8 +237,8 @@ void kl_cache_drop_owner(uint64_t owner) {
 kl_cache_stats kl_cache_get_stats(void) {
   pthread_mutex_lock(&g_lock);
   kl_cache_stats s = g_stats;
-  s.scratch_bytes = (int64_t)scratch_kept_locked();
   pthread_mutex_unlock(&g_lock);
+  s.scratch_bytes = (int64_t)kl_scratch_kept_bytes();
   return s;
 }
 

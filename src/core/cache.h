@@ -1,7 +1,7 @@
 /* The weight cache (cache.c), used by kl_lstm_forward (forward.c). */
 #ifndef KL_CACHE_H
 #define KL_CACHE_H
-#include "internal.h"
+#include "engine.h"
 
 typedef struct kl_centry kl_centry;
 

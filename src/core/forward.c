@@ -1,16 +1,18 @@
 /* kl_lstm_forward: the one entry for every integration (NumPy, torch, TVM).
  * Validates DLPack tensors once, here, with messages that name the argument;
- * takes the packed weights from the cache (cache.c) and runs them
- * (lstm.c), writing y, h_n and c_n where the caller says. */
+ * hands CUDA calls to the CUDA backend (src/cuda), and on the CPU takes the
+ * packed weights from the cache (cache.c) and runs them (lstm.c), writing y,
+ * h_n and c_n where the caller says. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
-#include "internal.h"
+#include "engine.h"
 #include "threads.h"
 #include "kl_cuda.h"
+#include "kokoro_lstm_testing.h"
 
 static _Thread_local char g_err[1024];
 /* The device of this call's tensors (x's), lengths excepted. */
@@ -194,6 +196,191 @@ static const char* const W_NAMES[5] = {"w_ih", "w_hh", "b_ih", "b_hh", "w_hr"};
 _Static_assert(KEY_HEADER == KL_CACHE_KEY_OWNER + 1, "the owner token ends the key header");
 #define KEY_PER_W 5
 
+/* The index in a->weights of (layer, direction) group g's tensor j (W_NAMES),
+ * or -1 when the call has none. */
+static int weight_index(const kl_forward_args* a, int g, int j) {
+  const int per = 2 + 2 * a->has_bias + (a->proj_size > 0);
+  if ((j == 2 || j == 3) && !a->has_bias) return -1;
+  if (j == 4 && !a->proj_size) return -1;
+  return g * per + (j == 4 && !a->has_bias ? 2 : j);
+}
+
+/* The scalar arguments, before any tensor is read. */
+static kl_status check_args(const kl_forward_args* a) {
+  if (a->num_layers < 1) return fail("num_layers must be >= 1, got %d", a->num_layers);
+  if (a->bidirectional != 0 && a->bidirectional != 1)
+    return fail("bidirectional must be 0 or 1, got %d", a->bidirectional);
+  if (a->reverse && a->bidirectional) return fail("reverse is only for a unidirectional LSTM");
+  if (a->has_bias != 0 && a->has_bias != 1) return fail("has_bias must be 0 or 1");
+  if (a->dtype < KL_F32 || a->dtype > KL_F16) return fail("unknown dtype %d", (int)a->dtype);
+  if (a->num_threads < 0) return fail("num_threads must be >= 1 (or 0 for the default), got %d", a->num_threads);
+  if (a->proj_size < 0) return fail("proj_size must be >= 0, got %d", a->proj_size);
+  if (a->x_gates != 0 && a->x_gates != 1) return fail("x_gates must be 0 or 1, got %d", a->x_gates);
+  if (a->num_layers > 65536) return fail("num_layers must be at most 65536, got %d", a->num_layers);
+  const int L = a->num_layers, D = a->bidirectional ? 2 : 1;
+  const int per = 2 + 2 * a->has_bias + (a->proj_size > 0);
+  if (!a->weights || a->num_weights != L * D * per)
+    return fail("expected %d weight tensors (%d layer(s) x %d direction(s) x %d), got %d", L * D * per,
+                L, D, per, a->weights ? a->num_weights : 0);
+  return KL_OK;
+}
+
+/* Every weight tensor of the (layer, direction) groups [0, L*D), against the
+ * shapes that layer 0's w_ih set; w[g]: where group g's tensors lie. */
+static kl_status check_weights(const kl_forward_args* a, DLDataType io, int64_t I, int64_t H,
+                               int64_t R, kl_wsrc* w) {
+  const int D = a->bidirectional ? 2 : 1, P = a->proj_size;
+  kl_status s;
+  for (int g = 0; g < a->num_layers * D; g++) {
+    const int layer = g / D, dir = g % D;
+    const int64_t in = layer == 0 ? I : D * R;
+    const int64_t shapes[5][2] = {{4 * H, in}, {4 * H, R}, {4 * H, -1}, {4 * H, -1}, {P, H}};
+    const void* ptr[5] = {NULL, NULL, NULL, NULL, NULL};
+    int64_t lds[5] = {0, 0, 0, 0, 0};
+    for (int j = 0; j < 5; j++) {
+      const int idx = weight_index(a, g, j);
+      if (idx < 0) continue;
+      const DLTensor* t = a->weights[idx];
+      char name[80];
+      snprintf(name, sizeof(name), "weights[%d] (%s of layer %d%s)", idx, W_NAMES[j], layer,
+               dir ? ", reverse" : "");
+      const int nd = j == 2 || j == 3 ? 1 : 2;
+      if ((s = check_tensor(t, name, io, nd, shapes[j]))) return s;
+      if (nd == 2) {
+        if ((s = check_rows(t, name, &lds[j]))) return s;
+      } else {
+        lds[j] = stride_of(t, 0);
+        if (lds[j] < 1) return fail("%s: needs a positive stride, got %lld", name, (long long)lds[j]);
+      }
+      ptr[j] = data_of(t);
+    }
+    w[g] = (kl_wsrc){ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], lds[0], lds[1], lds[4],
+                     a->has_bias ? lds[2] : 1, a->has_bias ? lds[3] : 1};
+  }
+  return KL_OK;
+}
+
+/* lengths shape the launches: read into *lengths, host memory (from x's GPU: a
+ * synchronization). */
+static kl_status read_lengths(const kl_forward_args* a, int64_t T, int64_t B, int64_t** lengths) {
+  const DLDevice ldev = a->lengths->device;
+  const int on_gpu = g_dev.device_type == kDLCUDA && ldev.device_type == g_dev.device_type &&
+                     ldev.device_id == g_dev.device_id;
+  kl_status s;
+  if ((s = check_tensor_on(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B},
+                           on_gpu ? g_dev : (DLDevice){kDLCPU, 0})))
+    return s;
+  const int64_t ls = stride_of(a->lengths, 0);
+  if (on_gpu && ls < 0) return fail("lengths on the GPU: negative strides are not supported");
+  const size_t span = B > 0 ? (size_t)((B - 1) * ls + 1) : 1;
+  int64_t* len = *lengths = malloc((on_gpu ? span : (size_t)(B ? B : 1)) * sizeof(int64_t));
+  if (!len) return KL_ERR_NOMEM;
+  if (on_gpu && B > 0) {
+    if ((s = kl_cuda_read_int64(g_dev.device_id, a->stream, data_of(a->lengths), span, len, g_err,
+                                sizeof(g_err))))
+      return s;
+    for (int64_t b = 1; b < B; b++) len[b] = len[b * ls];
+  }
+  for (int64_t b = 0; b < B; b++) {
+    if (!on_gpu) len[b] = ((const int64_t*)data_of(a->lengths))[b * ls];
+    if (len[b] < 1 || len[b] > T)
+      return fail("lengths[%lld] = %lld is outside 1..%lld (the sequence length)", (long long)b,
+                  (long long)len[b], (long long)T);
+  }
+  return KL_OK;
+}
+
+/* States, lengths (read_lengths) and outputs. */
+static kl_status check_io(const kl_forward_args* a, DLDataType io, int64_t esz, int64_t T, int64_t B,
+                          int64_t H, int64_t R, int64_t** lengths) {
+  const int D = a->bidirectional ? 2 : 1, bf = a->batch_first != 0;
+  const int64_t LD = (int64_t)a->num_layers * D;
+  const int64_t s_h[3] = {LD, B, R}, s_c[3] = {LD, B, H};
+  const int64_t s_y[3] = {bf ? B : T, bf ? T : B, D * R};
+  kl_status s;
+  if (a->h0 && ((s = check_tensor(a->h0, "h0", io, 3, s_h)) || (s = check_compact(a->h0, "h0")))) return s;
+  if (a->c0 && ((s = check_tensor(a->c0, "c0", io, 3, s_c)) || (s = check_compact(a->c0, "c0")))) return s;
+  if ((s = check_tensor(a->y, "y", io, 3, s_y))) return s;
+  if (B > 0 && D * R > 1 && stride_of(a->y, 2) != 1) return fail("y: the feature axis must have stride 1");
+  if (a->h_n && ((s = check_tensor(a->h_n, "h_n", io, 3, s_h)) || (s = check_compact(a->h_n, "h_n")))) return s;
+  if (a->c_n && ((s = check_tensor(a->c_n, "c_n", io, 3, s_c)) || (s = check_compact(a->c_n, "c_n")))) return s;
+  if (a->gate_bias && ((s = check_tensor(a->gate_bias, "gate_bias", io, 3, (const int64_t[]){D, B, 4 * H})) ||
+                       (s = check_compact(a->gate_bias, "gate_bias"))))
+    return s;
+  if (a->lengths && (s = read_lengths(a, T, B, lengths))) return s;
+  if (B > 0 && (s = check_y_rows(a->y, D * R))) return s;
+  return check_no_overlap(a, esz);
+}
+
+/* The CPU run: the cache key (where the weights lie and how they are packed),
+ * the fingerprinted regions and the W_ih views, then the cached entry (run,
+ * then confirm its weights did not change, else repack and rerun) or a new one. */
+static kl_status run_cpu(const kl_forward_args* a, const kl_lstm_desc* desc, const kl_wsrc* w,
+                         const kl_run_args* ra, int64_t esz) {
+  const int L = a->num_layers, D = a->bidirectional ? 2 : 1;
+  const int borrow = kl_lstm_can_borrow_wih(desc);
+  const size_t key_len = KEY_HEADER + (size_t)a->num_weights * KEY_PER_W;
+  int64_t* key = malloc(key_len * sizeof(int64_t));
+  kl_region* regions = malloc((size_t)a->num_weights * sizeof(kl_region));
+  kl_wih_view* views = malloc((size_t)(L * D) * sizeof(kl_wih_view));
+  kl_centry* entry = NULL;
+  int nreg = 0;
+  kl_status s = KL_ERR_NOMEM;
+  if (!key || !regions || !views) goto done;
+  const int64_t header[KEY_HEADER] = {desc->input_size, desc->hidden_size, L, D, a->proj_size,
+                                      a->reverse != 0, a->dtype, a->has_bias,
+                                      borrow, a->constant_weights != 0, (int64_t)a->owner};
+  memcpy(key, header, sizeof(header));
+  for (int g = 0; g < L * D; g++) {
+    const void* ptr[5] = {w[g].w_ih, w[g].w_hh, w[g].b_ih, w[g].b_hh, w[g].w_hr};
+    const int64_t lds[5] = {w[g].ld_ih, w[g].ld_hh, w[g].s_bi, w[g].s_bh, w[g].ld_hr};
+    for (int j = 0; j < 5; j++) {
+      const int idx = weight_index(a, g, j);
+      if (idx < 0) continue;
+      const DLTensor* t = a->weights[idx];
+      const int nd = j == 2 || j == 3 ? 1 : 2;
+      int64_t* kk = key + KEY_HEADER + (size_t)idx * KEY_PER_W;
+      kk[0] = (int64_t)(intptr_t)ptr[j];
+      kk[1] = t->shape[0];
+      kk[2] = nd == 2 ? t->shape[1] : 1;
+      kk[3] = lds[j];
+      kk[4] = j;
+      if (j == 0 && borrow) continue; /* read in place on every run: not copied, not checked */
+      const int64_t rows = t->shape[0], cols = nd == 2 ? t->shape[1] : 1;
+      if (nd == 1 && lds[j] == 1)
+        regions[nreg++] = (kl_region){ptr[j], 1, rows * esz, rows * esz};
+      else
+        regions[nreg++] = (kl_region){ptr[j], rows, cols * esz, lds[j] * esz};
+    }
+    views[g] = (kl_wih_view){ptr[0], lds[0], desc->hidden_size};
+  }
+  entry = kl_cache_find(key, key_len);
+  if (entry) {
+    s = kl_lstm_run_views(kl_centry_lstm(entry), ra, borrow ? views : NULL);
+    if (s != KL_OK) {
+      fail("LSTM run failed: %s", kl_status_str(s));
+      goto done;
+    }
+    if (kl_cache_confirm(entry, regions, nreg, ra->num_threads)) goto done;
+    kl_cache_release(entry);
+    entry = NULL;
+  }
+  s = kl_cache_pack(key, key_len, desc, w, borrow, regions, nreg, a->constant_weights != 0,
+                    a->keepalive, ra->num_threads, 1, &entry);
+  if (s != KL_OK) {
+    if (s == KL_ERR_NOMEM) fail("out of memory packing the weights");
+    goto done;
+  }
+  s = kl_lstm_run_views(kl_centry_lstm(entry), ra, borrow ? views : NULL);
+  if (s != KL_OK) fail("LSTM run failed: %s", kl_status_str(s));
+done:
+  kl_cache_release(entry);
+  free(key);
+  free(regions);
+  free(views);
+  return s;
+}
+
 kl_status kl_lstm_forward(const kl_forward_args* a) {
   g_err[0] = 0;
   if (!a) return fail("no arguments");
@@ -208,24 +395,11 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
     g_dev = a->x->device;
   }
   const int cuda = g_dev.device_type == kDLCUDA;
-  if (a->num_layers < 1) return fail("num_layers must be >= 1, got %d", a->num_layers);
-  if (a->bidirectional != 0 && a->bidirectional != 1)
-    return fail("bidirectional must be 0 or 1, got %d", a->bidirectional);
-  if (a->reverse && a->bidirectional) return fail("reverse is only for a unidirectional LSTM");
-  if (a->has_bias != 0 && a->has_bias != 1) return fail("has_bias must be 0 or 1");
-  if (a->dtype < KL_F32 || a->dtype > KL_F16) return fail("unknown dtype %d", (int)a->dtype);
-  if (a->num_threads < 0) return fail("num_threads must be >= 1 (or 0 for the default), got %d", a->num_threads);
-  if (a->proj_size < 0) return fail("proj_size must be >= 0, got %d", a->proj_size);
-  if (a->x_gates != 0 && a->x_gates != 1) return fail("x_gates must be 0 or 1, got %d", a->x_gates);
-  if (a->num_layers > 65536) return fail("num_layers must be at most 65536, got %d", a->num_layers);
+  kl_status s;
+  if ((s = check_args(a))) return s;
   const int L = a->num_layers, D = a->bidirectional ? 2 : 1, P = a->proj_size;
-  const int per = 2 + 2 * a->has_bias + (P > 0);
-  if (!a->weights || a->num_weights != L * D * per)
-    return fail("expected %d weight tensors (%d layer(s) x %d direction(s) x %d), got %d", L * D * per,
-                L, D, per, a->weights ? a->num_weights : 0);
   const DLDataType io = {kDLFloat, (uint8_t)(a->dtype == KL_F64 ? 64 : 32), 1};
   const int64_t esz = a->dtype == KL_F64 ? 8 : 4;
-  kl_status s;
 
   /* x: [T, B, I] or [B, T, I]; with x_gates, [T, B, D*4H] or [B, T, D*4H] */
   const int64_t any3[3] = {-1, -1, -1};
@@ -255,121 +429,11 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                 xname, (long long)(D * 4 * H), D, (long long)H, (long long)IX);
   if (P >= H) return fail("proj_size (%d) must be smaller than hidden_size (%lld)", P, (long long)H);
   const int64_t R = P ? P : H;
-  kl_lstm_desc desc = {(int)I, (int)H, L, D == 2, P, a->reverse != 0, a->dtype};
-  const int borrow = kl_lstm_can_borrow_wih(&desc);
-  const size_t key_len = KEY_HEADER + (size_t)a->num_weights * KEY_PER_W;
-  int64_t* key = malloc(key_len * sizeof(int64_t));
   kl_wsrc* w = calloc((size_t)(L * D), sizeof(kl_wsrc));
-  kl_region* regions = malloc((size_t)a->num_weights * sizeof(kl_region));
-  kl_wih_view* views = malloc((size_t)(L * D) * sizeof(kl_wih_view));
   int64_t* lengths = NULL;
-  kl_centry* entry = NULL;
-  int nreg = 0;
-  if (!key || !w || !regions || !views) {
-    s = KL_ERR_NOMEM;
+  if (!w) return KL_ERR_NOMEM;
+  if ((s = check_weights(a, io, I, H, R, w)) || (s = check_io(a, io, esz, T, B, H, R, &lengths)) || B == 0)
     goto done;
-  }
-  const int64_t header[KEY_HEADER] = {I, H, L, D, P, a->reverse != 0, a->dtype, a->has_bias,
-                                      borrow, a->constant_weights != 0, (int64_t)a->owner};
-  memcpy(key, header, sizeof(header));
-  for (int g = 0; g < L * D; g++) {
-    const int layer = g / D, dir = g % D;
-    const int64_t in = layer == 0 ? I : D * R;
-    const int64_t shapes[5][2] = {{4 * H, in}, {4 * H, R}, {4 * H, -1}, {4 * H, -1}, {P, H}};
-    const void* ptr[5] = {NULL, NULL, NULL, NULL, NULL};
-    int64_t lds[5] = {0, 0, 0, 0, 0};
-    for (int j = 0, k = 0; j < 5; j++) {
-      if ((j == 2 || j == 3) && !a->has_bias) continue;
-      if (j == 4 && !P) continue;
-      const int idx = g * per + k++;
-      const DLTensor* t = a->weights[idx];
-      char name[80];
-      snprintf(name, sizeof(name), "weights[%d] (%s of layer %d%s)", idx, W_NAMES[j], layer,
-               dir ? ", reverse" : "");
-      const int nd = j == 2 || j == 3 ? 1 : 2;
-      if ((s = check_tensor(t, name, io, nd, shapes[j]))) goto done;
-      if (nd == 2) {
-        if ((s = check_rows(t, name, &lds[j]))) goto done;
-      } else {
-        lds[j] = stride_of(t, 0);
-        if (lds[j] < 1) {
-          s = fail("%s: needs a positive stride, got %lld", name, (long long)lds[j]);
-          goto done;
-        }
-      }
-      ptr[j] = data_of(t);
-      int64_t* kk = key + KEY_HEADER + (size_t)idx * KEY_PER_W;
-      kk[0] = (int64_t)(intptr_t)ptr[j];
-      kk[1] = t->shape[0];
-      kk[2] = nd == 2 ? t->shape[1] : 1;
-      kk[3] = lds[j];
-      kk[4] = j;
-      if (j == 0 && borrow) continue; /* read in place on every run: not copied, not checked */
-      const int64_t rows = t->shape[0], cols = nd == 2 ? t->shape[1] : 1;
-      if (nd == 1 && lds[j] == 1)
-        regions[nreg++] = (kl_region){ptr[j], 1, rows * esz, rows * esz};
-      else
-        regions[nreg++] = (kl_region){ptr[j], rows, cols * esz, lds[j] * esz};
-    }
-    w[g] = (kl_wsrc){ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], lds[0], lds[1], lds[4],
-                     a->has_bias ? lds[2] : 1, a->has_bias ? lds[3] : 1};
-    views[g] = (kl_wih_view){ptr[0], lds[0], H};
-  }
-
-  /* states, lengths, outputs */
-  const int64_t LD = (int64_t)L * D;
-  const int64_t s_h[3] = {LD, B, R}, s_c[3] = {LD, B, H};
-  const int64_t s_y[3] = {bf ? B : T, bf ? T : B, D * R};
-  if (a->h0 && ((s = check_tensor(a->h0, "h0", io, 3, s_h)) || (s = check_compact(a->h0, "h0")))) goto done;
-  if (a->c0 && ((s = check_tensor(a->c0, "c0", io, 3, s_c)) || (s = check_compact(a->c0, "c0")))) goto done;
-  if ((s = check_tensor(a->y, "y", io, 3, s_y))) goto done;
-  if (B > 0 && D * R > 1 && stride_of(a->y, 2) != 1) {
-    s = fail("y: the feature axis must have stride 1");
-    goto done;
-  }
-  if (a->h_n && ((s = check_tensor(a->h_n, "h_n", io, 3, s_h)) || (s = check_compact(a->h_n, "h_n")))) goto done;
-  if (a->c_n && ((s = check_tensor(a->c_n, "c_n", io, 3, s_c)) || (s = check_compact(a->c_n, "c_n")))) goto done;
-  if (a->gate_bias && ((s = check_tensor(a->gate_bias, "gate_bias", io, 3, (const int64_t[]){D, B, 4 * H})) ||
-                       (s = check_compact(a->gate_bias, "gate_bias"))))
-    goto done;
-  if (a->lengths) {
-    /* lengths shape the launches: read into host memory (from x's GPU: a synchronization) */
-    const DLDevice ldev = a->lengths->device;
-    const int on_gpu = cuda && ldev.device_type == g_dev.device_type && ldev.device_id == g_dev.device_id;
-    if ((s = check_tensor_on(a->lengths, "lengths", (DLDataType){kDLInt, 64, 1}, 1, (const int64_t[]){B},
-                             on_gpu ? g_dev : (DLDevice){kDLCPU, 0})))
-      goto done;
-    const int64_t ls = stride_of(a->lengths, 0);
-    if (on_gpu && ls < 0) {
-      s = fail("lengths on the GPU: negative strides are not supported");
-      goto done;
-    }
-    const size_t span = B > 0 ? (size_t)((B - 1) * ls + 1) : 1;
-    if (!(lengths = malloc((on_gpu ? span : (size_t)(B ? B : 1)) * sizeof(int64_t)))) {
-      s = KL_ERR_NOMEM;
-      goto done;
-    }
-    if (on_gpu && B > 0) {
-      if ((s = kl_cuda_read_int64(g_dev.device_id, a->stream, data_of(a->lengths), span, lengths, g_err,
-                                  sizeof(g_err))))
-        goto done;
-      for (int64_t b = 1; b < B; b++) lengths[b] = lengths[b * ls];
-    }
-    for (int64_t b = 0; b < B; b++) {
-      if (!on_gpu) lengths[b] = ((const int64_t*)data_of(a->lengths))[b * ls];
-      if (lengths[b] < 1 || lengths[b] > T) {
-        s = fail("lengths[%lld] = %lld is outside 1..%lld (the sequence length)", (long long)b,
-                 (long long)lengths[b], (long long)T);
-        goto done;
-      }
-    }
-  }
-  if (B > 0 && (s = check_y_rows(a->y, D * R))) goto done;
-  if ((s = check_no_overlap(a, esz))) goto done;
-  if (B == 0) {
-    s = KL_OK;
-    goto done;
-  }
   if (cuda) {
     const kl_cuda_call call = {
         .device_id = g_dev.device_id, .stream = a->stream, .L = L, .D = D, .H = (int)H, .R = (int)R,
@@ -385,6 +449,7 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
     goto done;
   }
   const int nth = kl_threads_resolve(a->num_threads);
+  const kl_lstm_desc desc = {(int)I, (int)H, L, D == 2, P, a->reverse != 0, a->dtype};
   const kl_run_args ra = {T, B, data_of(a->x), x_st, x_sb, (char*)a->y->data + a->y->byte_offset,
                           stride_of(a->y, bf ? 1 : 0), stride_of(a->y, bf ? 0 : 1),
                           a->h0 ? data_of(a->h0) : NULL, a->c0 ? data_of(a->c0) : NULL,
@@ -392,32 +457,9 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                           a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth,
                           a->x_gates, a->gate_bias ? data_of(a->gate_bias) : NULL,
                           a->interrupt, a->interrupt_ctx};
-  /* a cached entry: run, then confirm its weights did not change (else repack, rerun) */
-  entry = kl_cache_find(key, key_len);
-  if (entry) {
-    s = kl_lstm_run_views(kl_centry_lstm(entry), &ra, borrow ? views : NULL);
-    if (s != KL_OK) {
-      fail("LSTM run failed: %s", kl_status_str(s));
-      goto done;
-    }
-    if (kl_cache_confirm(entry, regions, nreg, nth)) goto done;
-    kl_cache_release(entry);
-    entry = NULL;
-  }
-  s = kl_cache_pack(key, key_len, &desc, w, borrow, regions, nreg, a->constant_weights != 0,
-                    a->keepalive, nth, 1, &entry);
-  if (s != KL_OK) {
-    if (s == KL_ERR_NOMEM) fail("out of memory packing the weights");
-    goto done;
-  }
-  s = kl_lstm_run_views(kl_centry_lstm(entry), &ra, borrow ? views : NULL);
-  if (s != KL_OK) fail("LSTM run failed: %s", kl_status_str(s));
+  s = run_cpu(a, &desc, w, &ra, esz);
 done:
-  kl_cache_release(entry);
-  free(key);
   free(w);
-  free(regions);
-  free(views);
   free(lengths);
   return s;
 }

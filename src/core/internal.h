@@ -1,4 +1,6 @@
-/* Internal declarations shared by the core and the kernels. Not installed. */
+/* Internal declarations shared by the core and the kernels (not installed):
+ * the kernels' types and lists, the thread pool, the weights as the caller holds
+ * them. The CPU engine's own types are in engine.h. */
 #ifndef KL_INTERNAL_H
 #define KL_INTERNAL_H
 
@@ -7,6 +9,7 @@
 #include <stdint.h>
 
 #include "kokoro_lstm.h"
+#include "kokoro_lstm_testing.h" /* implemented by the core (cpu.c, threadpool.c) */
 
 /* Recurrent weights are packed in panels of KL_NR hidden units. Each gate
  * block of the input-projection output is padded to Hp = round_up(H, KL_NR). */
@@ -27,7 +30,7 @@ typedef struct kl_cell_row {
 } kl_cell_row;
 
 /* Cell micro-kernel: units [blk0*KL_NR, blk1*KL_NR) for nb batch elements.
- * w: packed W_hh panels (layout depends on the weight type, see lstm.c);
+ * w: packed W_hh panels (layout depends on the weight type, see engine.h);
  * bias: [4][Hp] b_ih + b_hh. */
 typedef void (*kl_lstmcell_ukernel_fn)(size_t R, size_t Hp, size_t blk0, size_t blk1,
                                        const void* w, const void* bias, size_t nb,
@@ -65,40 +68,23 @@ static inline size_t kl_x6_split_bytes(size_t rows, size_t K) {
   return kl_round_up(rows, 32) * ((K + 31) / 32) * 16 * sizeof(uint32_t);
 }
 
-/* Calls of at least this many rows (T * B) run their float32 input projection
- * on AMX tiles when the level allows it and kl_f32_amx_enabled() (f32-x6gemm.inc):
- * both operands are split per call, which below this paid for itself nowhere
- * (2-vCPU Xeon VM, 1 thread, I = 640, H = 256, bidirectional: B = 4 at T = 256,
- * 1024 rows, 29-32 vs 39-42 ms on the float32 path; B = 1 at T = 32 .. 512
- * level within the noise). -D overrides it. */
-#ifndef KL_X6_MIN_M
-#define KL_X6_MIN_M 1024
-#endif
-
 /* float32 input projection for few rows: C[M, N] (ldc) = A[M, K] (lda) * W[N, K]^T (ldw). */
 typedef void (*kl_f32_gemm_ukernel_fn)(size_t M, size_t N, size_t K, const float* A, size_t lda,
                                        const float* W, size_t ldw, float* C, size_t ldc);
-/* Below this many rows the float32 projection runs the list's kernel instead of
- * BLAS, which packs W on every call: 2048 x 640 columns, 1 thread, Xeon VM,
- * best of 30: M = 1 0.18 vs 0.55 ms, 16 0.44 vs 0.68, 24 0.65 vs 0.81, 32 0.96 vs
- * 1.01, 48 1.27 vs 1.14 (f32-gemm-avx512f vs OpenBLAS sgemm). */
-#define KL_F32_GEMM_MAX_M 32
 
 /* float32 GEMM on one panel of a pre-packed B (src/ops/dense.c): C[M, n] (ldc)
  * = init + A[M, K] (lda) * P with P = [K][KL_PGEMM_NR] (columns n.. of the panel
  * zero, n <= KL_PGEMM_NR); init: n start values, or NULL to add to C (C += A P:
  * a later block of K). Each element is one fused multiply-add per k in k order,
  * from init or from zero, then added to C: every ISA gives the same bits. A block
- * summed from zero and then added, rather than continued from C, keeps each
- * chain to one block: at K = 640 (three blocks) Kokoro-like LSTM states came out
- * within 1.4-1.5e-7 rms of float64 instead of 1.75-1.90e-7 (OpenBLAS 1.6-1.8e-7,
- * PyTorch 1.7-1.9e-7; T = 64, B = 17, H = 64, two layers, 8 seeds). */
+ * summed from zero and then added keeps each rounding chain to one block, which
+ * is more accurate than continuing from C. */
 #define KL_PGEMM_NR 32
 typedef void (*kl_f32_pgemm_ukernel_fn)(size_t M, size_t n, size_t K, const float* A, size_t lda,
                                         const float* P, const float* init, float* C, size_t ldc);
 /* B packed for the kernels: P[ceil(N / 32)][K][32], P[p][k][j] = B[k][32 p + j],
  * zeros past N (packed by the TVM lowering, kokoro_lstm.tvm._dense.pack_panels,
- * and by lstm.c for W_ih). */
+ * and by inproj.c for W_ih). */
 /* C[m, 32 p0 .. min(32 p1, N)) (ldc) = init + A[m, K] (lda) op(B) for the panels
  * [p0, p1) of a packed B; init: bias (N values of stride sbias) or zeros; K in
  * blocks of KL_PGEMM_KC (a panel's block, 32 KiB, stays in L1 for all m rows),
@@ -127,9 +113,7 @@ typedef struct kl_kernels {
   kl_f32_x6pack_w_fn x6pack_w;
 } kl_kernels;
 
-/* AMX tiles pay for the recurrence only with several rows per tile product:
- * bfloat16, 16-core Xeon, T = 256, H = 256, 1 thread: B = 1 6.3 (vdpbf16ps)
- * vs 7.9 ms (AMX), B = 2 10.4 vs 11.2, B = 4 22.6 vs 15.0, B = 16 115 vs 79. */
+/* AMX tiles pay for the recurrence only with several rows per tile product. */
 #define KL_CELL_BATCH_MIN 4
 
 /* Weight types of the packed recurrent panels. */
@@ -145,10 +129,10 @@ kl_f32_vunary_fn kl_select_vgelu(void);
 typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
 kl_f32_rsum_fn kl_select_rsum(void);
 
-/* ---- weights as found in caller memory (packing input) ---- */
 /* Sets this thread's kl_last_error() message. */
 void kl_set_error(const char* msg);
 
+/* ---- weights as found in caller memory (the CPU and CUDA backends) ---- */
 /* The rows (t, b) of a [T, B, K] tensor with these strides as one strided
  * sequence: row stride ld, row (t, b) = t*gt + b*gb. 0 if they are not one. */
 int kl_row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K, int64_t* ld, int64_t* gt,
@@ -160,39 +144,6 @@ typedef struct kl_wsrc {
   const void *w_ih, *w_hh, *b_ih, *b_hh, *w_hr;
   int64_t ld_ih, ld_hh, ld_hr, s_bi, s_bh;
 } kl_wsrc;
-
-/* W_ih as the input GEMM reads it for one (layer, direction): gate g's H rows
- * start at w + g*gstride*ld, row stride ld (elements). */
-typedef struct kl_wih_view {
-  const void* w;
-  int64_t ld, gstride;
-} kl_wih_view;
-
-/* Packs. Flags: KL_PACK_BORROW_WIH: the packed object holds no W_ih copy
- * (float32/float64 without the bfloat16 GEMM) and every run must pass views of
- * it; KL_PACK_WIH_PANELS: float32 W_ih is also held in 32-column panels for the
- * f32-pgemm kernels (runs of at most KL_LSTM_PANEL_MAX_M rows), only for weights
- * that cannot change behind the object (a private copy or a trusted entry: the
- * panels are not fingerprinted). */
-/* Bidirectional 640 -> 256, B=1, 1 thread, VM, panels vs OpenBLAS (medians of
- * alternated processes): T=32 1.25-1.52 vs 1.68-2.00 ms, T=128 5.3-5.5 vs 5.1-6.4,
- * T=512 level within the noise (minima 16.1 vs 17.6). Runs of any length take
- * them (paired medians of alternated processes, panels / OpenBLAS above 512 rows):
- * Zen 4 T=256 B=16 and B=64 0.955-0.962 at 1 and 2 threads, T=1024 B=1 0.958;
- * 16-core Xeon B=16 0.83-0.95 at 1 thread, B=64 0.95-1.03 at 1-16 threads, T=1024
- * and 2048 B=1 0.93-0.97. -D overrides it (a build without panels: 0). */
-#ifndef KL_LSTM_PANEL_MAX_M
-#define KL_LSTM_PANEL_MAX_M INT64_MAX
-#endif
-#define KL_PACK_BORROW_WIH 1
-#define KL_PACK_WIH_PANELS 2
-kl_status kl_lstm_pack(const kl_lstm_desc* desc, const kl_wsrc* w, int flags, kl_lstm** out);
-/* 1 if kl_lstm_pack(KL_PACK_BORROW_WIH) would borrow W_ih for this desc. */
-int kl_lstm_can_borrow_wih(const kl_lstm_desc* desc);
-/* Bytes held by a packed object. */
-size_t kl_lstm_packed_bytes(const kl_lstm* m);
-/* kl_lstm_run with W_ih views ([num_layers * D], or NULL for the packed W_ih). */
-kl_status kl_lstm_run_views(const kl_lstm* m, const kl_run_args* a, const kl_wih_view* wih);
 
 /* 128-bit fingerprint of strided rows of bytes (the weight cache's staleness
  * check; fingerprint.c). Deterministic: independent of the thread count. */
@@ -224,10 +175,8 @@ int kl_threads_cap(int n);
 /* Barrier for a fixed group of n threads, each with its own index i < n: a
  * member announces its arrival in its own cache line (slot i) and waits until
  * every slot has arrived as often, so no line is fought over by read-modify-
- * writes (with a shared counter, 8 members per step of the recurrence spent
- * 1.6-2.9 us per barrier on the 16-core Xeon against 2.2 us of work). Spins
- * briefly, then sleeps (futex on Linux), so a descheduled member costs its
- * group the wait and not a core each. */
+ * writes. Spins briefly, then sleeps (futex on Linux), so a descheduled member
+ * costs its group the wait and not a core each. */
 typedef struct kl_barrier_slot {
   _Alignas(64) atomic_uint arrived;
 } kl_barrier_slot;
@@ -240,17 +189,6 @@ typedef struct kl_barrier {
 void kl_barrier_init(kl_barrier* b, int n, kl_barrier_slot* slots);
 void kl_barrier_wait(kl_barrier* b, int i);
 
-/* Work buffers of a call that are large enough for the kernel to map fresh
- * pages each time (cache.c; lstm.c's gate buffer, layer outputs between
- * layers, bfloat16 inputs): a call takes one of at least `bytes` (64-byte
- * aligned, contents undefined; *cap its real size) and gives it back, and a few
- * of them, KL_SCRATCH_KEEP bytes in all, are kept for the next calls, so those
- * neither fault nor zero pages again (16-core Xeon, 16 threads, T = 256: B = 16
- * 25-29 -> 16-22 ms, B = 64 91-100 -> 63-66, the 33-134 MB gate buffer's page
- * faults contending across threads). kl_cache_clear frees the kept ones. */
-#define KL_SCRATCH_KEEP ((size_t)256 << 20)
-void* kl_scratch_take(size_t bytes, size_t* cap);
-void kl_scratch_give(void* p, size_t cap);
 
 /* ---- kernels: declared by their lists (src/kernels/<op>.inc) ---- */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -272,7 +210,7 @@ int64_t kl_now_ns(void); /* CLOCK_MONOTONIC in ns (threadpool.c) */
 unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
 unsigned kl_arch_active(void);   /* those the active ISA level allows */
 
-/* What kl_f16_narrow_rows (kokoro_lstm.h) times: one row through a small block,
+/* What kl_f16_narrow_rows (kokoro_lstm_testing.h) times: one row through a small block,
  * widening 8 (narrow) or 16 halves at a time (f16-lstmcell-avx512f.c). */
 #if defined(KL_HAVE_X86)
 void kl_f16_lstmcell_probe__avx512f(int narrow, size_t reps);

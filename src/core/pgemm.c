@@ -1,9 +1,8 @@
 /* Products on a B packed in 32-column panels (the f32-pgemm kernel list): used by
  * the dense operators (src/ops/dense.c, constant weights of the TVM lowering) and
- * by the LSTM's input projection (lstm.c, W_ih of entries whose weights cannot
+ * by the LSTM's input projection (inproj.c, W_ih of entries whose weights cannot
  * change behind the cache). OpenBLAS packs its B panel on every call, which at
- * few rows costs a large share (a T=32 LSTM call, 1 thread: 23% of it in
- * sgemm_incopy/oncopy); a B packed once skips that, and each element is one
+ * few rows costs a large share of the call; a B packed once skips that, and each element is one
  * fused multiply-add per k in k order, so results depend on neither the blocks,
  * the tasks, the thread count nor the ISA. */
 #include "internal.h"

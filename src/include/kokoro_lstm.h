@@ -1,19 +1,16 @@
 /*
  * kokoro_lstm: LSTM inference core (C11, no Python).
  *
- * Life cycle: describe (kl_lstm_desc + kl_weights) -> pack (kl_lstm_create)
- *             -> run any number of times (kl_lstm_run) -> free (kl_lstm_free).
+ * The product: kl_lstm_forward runs a whole LSTM on DLPack tensors,
+ * destination-passing, on the CPU or a CUDA device, with the weights packed once
+ * and kept in a process-wide cache that is never stale; the cache, the thread
+ * count and the CPU's ISA level are controlled here. Semantics are
+ * torch.nn.LSTM's: gate order i, f, g, o; optional projection (proj_size);
+ * stacked layers; bidirectional; per-sequence lengths with the semantics of
+ * pack_padded_sequence -> LSTM -> pad_packed_sequence. It may be called from
+ * several threads at once.
  *
- * Semantics are torch.nn.LSTM's: gate order i, f, g, o; optional projection
- * (proj_size); stacked layers; bidirectional; per-sequence lengths with the
- * semantics of pack_padded_sequence -> LSTM -> pad_packed_sequence.
- *
- * A packed kl_lstm is immutable: kl_lstm_run may be called on the same object
- * from several threads at once.
- *
- * The one road for integrations (NumPy, torch, TVM): kl_lstm_forward runs a
- * whole LSTM on DLPack tensors, destination-passing, with the weights packed
- * once and kept in a process-wide cache that is never stale (see below).
+ * Test hooks, probes and tuning setters are in kokoro_lstm_testing.h.
  */
 #ifndef KOKORO_LSTM_H
 #define KOKORO_LSTM_H
@@ -42,76 +39,6 @@ const char* kl_status_str(kl_status s);
  * KL_F16 in IEEE half (float16); both compute in float32 (inputs, outputs,
  * states and accumulation are float32; the caller passes float32 weights). */
 typedef enum kl_dtype { KL_F32 = 0, KL_F64 = 1, KL_BF16 = 2, KL_F16 = 3 } kl_dtype;
-
-/* Size in bytes of one element of the input/output/state arrays. */
-size_t kl_dtype_io_size(kl_dtype dt);
-
-typedef struct kl_lstm_desc {
-  int input_size;    /* I of the first layer */
-  int hidden_size;   /* H */
-  int num_layers;    /* L >= 1 */
-  int bidirectional; /* 0 or 1: D = 1 or 2 */
-  int proj_size;     /* 0 (none) or 0 < P < H */
-  int reverse;       /* unidirectional only: run the one direction backwards */
-  kl_dtype dtype;
-} kl_lstm_desc;
-
-/* Weights of one (layer, direction), row-major and contiguous, in the io
- * element type of the dtype (float for KL_F32/KL_BF16, double for KL_F64).
- * R = proj_size ? proj_size : hidden_size; I_l = layer 0 ? input_size : D*R. */
-typedef struct kl_weights {
-  const void* w_ih; /* [4H, I_l] */
-  const void* w_hh; /* [4H, R] */
-  const void* b_ih; /* [4H] or NULL */
-  const void* b_hh; /* [4H] or NULL */
-  const void* w_hr; /* [P, H], required iff proj_size > 0 */
-} kl_weights;
-
-typedef struct kl_lstm kl_lstm;
-
-/* weights: num_layers * D entries, index layer * D + direction. */
-kl_status kl_lstm_create(const kl_lstm_desc* desc, const kl_weights* weights, kl_lstm** out);
-void kl_lstm_free(kl_lstm* lstm);
-const kl_lstm_desc* kl_lstm_get_desc(const kl_lstm* lstm);
-
-/* One run. Strides are in elements (not bytes).
- * x[t, b, i] = x + t*x_st + b*x_sb + i          (feature stride 1)
- * y[t, b, j] = y + t*y_st + b*y_sb + j, j < D*R (feature stride 1)
- * The rows of x must be a single strided sequence: x_st == B*x_sb (seq-major),
- * x_sb == T*x_st (batch-major), or T == 1 or B == 1; the same for y. */
-typedef struct kl_run_args {
-  int64_t T, B;
-  const void* x;
-  int64_t x_st, x_sb;
-  void* y;
-  int64_t y_st, y_sb;
-  const void* h0;         /* [L*D, B, R] contiguous, or NULL for zeros */
-  const void* c0;         /* [L*D, B, H] contiguous, or NULL for zeros */
-  void* h_n;              /* [L*D, B, R] contiguous, or NULL */
-  void* c_n;              /* [L*D, B, H] contiguous, or NULL */
-  const int64_t* lengths; /* [B], each in 1..T, or NULL for all T */
-  int num_threads;        /* >= 1: every thread used, BLAS included */
-  /* Layer 0's gate input, provided or augmented by the caller (exact algebra:
-   * gates_t = W_ih x_t + gate_bias + b_ih + b_hh, whatever W_ih x_t is):
-   * x_gates = 1: x already holds layer 0's input projection W_ih x_t, rows of
-   *   D*4H features (direction-major, gates i, f, g, o of H units each); layer
-   *   0's W_ih is not read (its shape still sets input_size).
-   * gate_bias: [D, B, 4H] contiguous, or NULL: added to layer 0's input gates
-   *   of every step of batch element b (e.g. W_ih's columns of an input part
-   *   that is constant over time, folded once per call). */
-  int x_gates;
-  const void* gate_bias;
-  /* NULL, or asked on the calling thread before each layer and every
-   * KL_INTERRUPT_STEPS steps of the recurrence: nonzero stops the run at a
-   * step boundary, which then returns KL_ERR_INTERRUPTED with the outputs
-   * unspecified (e.g. a Python binding checking for signals). Never changes
-   * the results of a run it does not stop. */
-  int (*interrupt)(void* ctx);
-  void* interrupt_ctx;
-} kl_run_args;
-#define KL_INTERRUPT_STEPS 64
-
-kl_status kl_lstm_run(const kl_lstm* lstm, const kl_run_args* args);
 
 /* ---- the one entry: a whole LSTM over DLPack tensors --------------------------
  *
@@ -183,10 +110,17 @@ typedef struct kl_forward_args {
   uint64_t owner;                /* 0, or a token unique to the weights' owner */
   const DLTensor* gate_bias;     /* [D, B, 4H] or NULL (see above) */
   int x_gates;                   /* 0 or 1 (see above) */
-  int (*interrupt)(void* ctx);   /* NULL, or as kl_run_args.interrupt */
+  /* NULL, or asked on the calling thread before each layer and every
+   * KL_INTERRUPT_STEPS steps of the recurrence (CPU): nonzero stops the run at a
+   * step boundary, which then returns KL_ERR_INTERRUPTED with the outputs
+   * unspecified (e.g. a Python binding checking for signals). Never changes the
+   * results of a run it does not stop. */
+  int (*interrupt)(void* ctx);
   void* interrupt_ctx;
   void* stream;                  /* CUDA tensors: the CUstream to run on (NULL: the legacy default stream) */
 } kl_forward_args;
+
+#define KL_INTERRUPT_STEPS 64
 
 kl_status kl_lstm_forward(const kl_forward_args* args);
 
@@ -200,11 +134,6 @@ kl_status kl_lstm_forward(const kl_forward_args* args);
  * buffers are kept per (device, stream) until kl_cache_clear, so warm calls
  * allocate nothing and may be captured in CUDA graphs. A missing driver or NVRTC,
  * or a failed launch, is KL_ERR_DEVICE with the reason in kl_last_error(). */
-
-/* Compiles the CUDA kernels for arch ("sm_80", "sm_90a", "compute_90", ...)
- * without a GPU, in the configurations the engine uses (tests, CI): KL_OK, or
- * KL_ERR_DEVICE with NVRTC's message (or why it is missing) in kl_last_error(). */
-kl_status kl_cuda_compile_check(const char* arch);
 
 /* The message of this thread's last failed kl_lstm_forward (or ""). */
 const char* kl_last_error(void);
@@ -222,9 +151,6 @@ void kl_cache_clear(void);
 /* Drops the entries of one owner (kl_forward_args.owner), e.g. when it dies. */
 void kl_cache_drop_owner(uint64_t owner);
 kl_cache_stats kl_cache_get_stats(void);
-/* Test hook: called after packing, before the entry is cached (a write injected
- * here must be detected by the next call). NULL to remove. */
-void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
 
 /* Process-wide default thread count for calls that pass num_threads = 0:
  * KOKORO_LSTM_NUM_THREADS if set to a positive integer, else the CPUs this
@@ -244,19 +170,10 @@ int kl_max_threads(void);
  * libtvm_runtime is loaded and uses at least the call's thread count; other
  * calls run on GNU OpenMP's team when libgomp is loaded (e.g. by PyTorch);
  * else, and with KOKORO_LSTM_POOL=own or in a forked child, on the engine's own
- * pool. kl_pool_openmp: libgomp's path, or NULL when it is not used.
- * kl_pool_jobs: the parallel jobs each pool has run in this process.
- * kl_pool_set_caller: marks this thread's calls, returns the previous mark. */
+ * pool. kl_pool_set_caller: marks this thread's calls, returns the previous mark. */
 #define KL_POOL_AUTO 0
 #define KL_POOL_TVM 1
-const char* kl_pool_openmp(void);
-void kl_pool_jobs(long* own, long* openmp, long* tvm);
 int kl_pool_set_caller(int caller);
-
-/* 1 if an input with these element strides (feature stride 1) can be read in
- * place by kl_lstm_run, i.e. its (t, b) rows form one strided sequence with a
- * row stride >= input_size; 0 if it must be copied first. */
-int kl_input_layout_ok(int64_t T, int64_t B, int64_t x_st, int64_t x_sb, int64_t input_size);
 
 /* ---- CPU dispatch ------------------------------------------------------ */
 /* x86-64: scalar < avx2 < avx512 < avx512-bf16 < avx512-amx; aarch64: scalar < neon < neon-bf16.
@@ -278,37 +195,9 @@ kl_isa kl_isa_detected(void);  /* best ISA this CPU (and build) supports */
 int kl_isa_supported(kl_isa isa); /* 1 if kl_isa_set(isa) would succeed */
 kl_isa kl_isa_active(void);    /* the ISA kernels run with */
 /* Force an ISA (tests, KOKORO_LSTM_ISA); KL_ERR_ARG if the CPU lacks it.
- * Affects kl_lstm objects created afterwards. */
+ * Affects weights packed afterwards (cached weights keep theirs until kl_cache_clear). */
 kl_status kl_isa_set(kl_isa isa);
 const char* kl_isa_name(kl_isa isa);
-/* 1 if the active ISA level uses the AVX512_BF16 kernels (dtype bfloat16). */
-int kl_cpu_has_avx512bf16(void);
-/* float32 input projections of large calls (T * B >= 1024 rows) as six
- * bfloat16 products on AMX tiles (as accurate as float32, other bits). Off
- * unless KOKORO_LSTM_F32_AMX=1 or kl_f32_amx_set(1): it pays only where AMX
- * outruns float32 FMA by 6x (this project's 2-vCPU Xeon VM: batches 1.3-1.5x
- * faster; a lent 16-core Xeon: up to 1.5x slower), see README. Takes effect at
- * the level avx512-amx, for kl_lstm objects created afterwards. */
-void kl_f32_amx_set(int on);
-int kl_f32_amx_enabled(void);
-/* float16 weights on AVX-512, a single batch row: 1 when its halves are widened
- * 8 per instruction instead of 16 (same bits). Decided once per process by timing
- * both (about 0.3 ms), or by KOKORO_LSTM_F16_WIDEN=256 / 512; _set overrides it
- * (tests). */
-int kl_f16_narrow_rows(void);
-void kl_f16_narrow_rows_set(int on);
-
-/* Vector activations of the active ISA over n floats, for accuracy tests:
- * kind 0 = sigmoid, 1 = tanh. */
-void kl_f32_activation(int kind, size_t n, const float* x, float* y);
-
-/* Machine-limit probes (benchmarks): best seconds over reps of an
- * [M,K]x[K,N] sgemm run like the engine's input projection on nth threads,
- * and of one read of an nbytes buffer that is already in cache. */
-double kl_bench_sgemm(int M, int N, int K, int nth, int reps);
-double kl_bench_stream(size_t nbytes, int reps);
-/* Best seconds of the weight cache's staleness check over nbytes on nth threads. */
-double kl_bench_fingerprint(size_t nbytes, int nth, int reps);
 
 /* Which BLAS the core was linked against (a static string). */
 const char* kl_blas_name(void);

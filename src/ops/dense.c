@@ -9,6 +9,7 @@
 
 #include "blas.h"
 #include "internal.h"
+#include "scratch.h"
 
 /* Tiles of C, one per task, chosen from the shape alone (never from the thread
  * count): results never depend on num_threads. Each tile is one single-threaded

@@ -12,6 +12,7 @@
 
 #include "kl_tvm.h"
 #include "kokoro_lstm.h"
+#include "kokoro_lstm_testing.h"
 #include "threads.h"
 
 /* ---- forward: every front's road into kl_lstm_forward ------------------------

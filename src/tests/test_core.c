@@ -29,7 +29,10 @@
 #include <string.h>
 
 #include "kokoro_lstm.h"
+#include "kokoro_lstm_testing.h"
+#include "engine.h"   /* the handle API (kl_lstm_create / run) */
 #include "internal.h" /* kernel-level comparisons only */
+#include "scratch.h"
 #include "dense.h"   /* the dense operators (src/ops) */
 
 /* ---- bookkeeping ------------------------------------------------------- */
