@@ -60,11 +60,11 @@ import threading
 import warnings
 import weakref
 
-import numpy as np
 import torch
 import torch.nn.utils.rnn as _rnn_utils
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
+from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 import kokoro_lstm
 
@@ -146,8 +146,8 @@ def _check_like_input(p, name, t, x):
 
 
 def _validate(op_name, x, lengths, h0, c0, w, bidirectional):
-    """Shape/dtype/device checks shared by the fake and the CPU implementations
-    (RuntimeError); symbolic conditions go to torch._check."""
+    """Shape/dtype/device checks in torch's words (RuntimeError) for a call the engine
+    refused or cannot be set up for; symbolic conditions go to torch._check."""
     D = 2 if bidirectional else 1
     p = f"kokoro::{op_name}: "
     _check(x.dim() == 3,
@@ -212,9 +212,11 @@ def _make_fake(op_name, bidirectional, packed):
     arg_names = _arg_names(bidirectional, packed)
 
     def fake(*args):
+        """The outputs' shapes and strides (the real op validates, in C)."""
         _check_devices(op_name, arg_names, args, real=False)
-        x, lengths, h0, c0, w = _split_args(args, bidirectional, packed)
-        T, B, I, H, D = _validate(op_name, x, lengths, h0, c0, w, bidirectional)
+        x, _, h0, c0, w = _split_args(args, bidirectional, packed)
+        T, B = x.shape[0], x.shape[1]
+        H, D = w[0].shape[0] // 4, 2 if bidirectional else 1
         if _batch_major(x):
             out = x.new_empty((B, T, D * H)).transpose(0, 1)
         else:
@@ -234,9 +236,9 @@ def clear_cache():
 
 
 def _engine_arg(t: Tensor):
-    """What the engine reads in place: a NumPy view of a CPU tensor; a DLPack capsule
-    of a CUDA tensor (the ops run on its current stream, so no stream handshake)."""
-    return torch._C._to_dlpack(t.detach()) if t.is_cuda else t.detach().numpy()
+    """What the engine reads in place: the tensor's DLPack capsule (for CUDA, the ops
+    run on its current stream, so no stream handshake)."""
+    return _to_dlpack(t.detach())
 
 
 def _stream(x: Tensor) -> int:
@@ -388,9 +390,11 @@ def _gated_shapes(x, w):
 
 
 def _gated_fake(x, lengths, gate_bias, x_gates, *w):
+    """The outputs' shapes (the real op validates, in C)."""
     _check_devices("lstm_forward_gated", _GATED_ARG_NAMES, (x, lengths, gate_bias, x_gates, *w),
                    real=False)
-    T, B, H, D = _gated_shapes(x, w)
+    T, B = x.shape[0], x.shape[1]
+    H, D = w[0].shape[0] // 4, 2 if len(w) > 4 and w[4] is not None else 1
     return x.new_empty((T, B, D * H)), x.new_empty((D, B, H)), x.new_empty((D, B, H))
 
 

@@ -38,10 +38,33 @@ def _close(got, want):
                                atol=RTOL * scale * 10)
 
 
+def _cfg(cfg):
+    """An extern's config (one of _dense.CONFIGS' schemas) as the shape it is passed as."""
+    return tvm_ffi.Shape(list(cfg))
+
+
 def _matmul(A, B, C, bias=None, trans_b=False, nth=0):
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, int(trans_b), int(bias is not None), nth])
+    cfg = _cfg(_dense.MatmulConfig(trans_b=int(trans_b), has_bias=int(bias is not None),
+                                   num_threads=nth))
     args = [cfg, _t(A), _t(B)] + ([_t(bias)] if bias is not None else []) + [_t(C)]
     _fn(_dense.MATMUL_FUNC)(*args)
+
+
+def test_config_schemas_match_the_c_side():
+    """Every extern's config schema (a NamedTuple) lists the fields of the C side's
+    KL_<OP>_CFG_* indices (src/tvm/kl_tvm_dense.h) in the same order."""
+    import pathlib
+    import re
+
+    header = (pathlib.Path(__file__).resolve().parents[1] / "src" / "tvm" / "kl_tvm_dense.h").read_text()
+    for name, schema in _dense.CONFIGS.items():
+        op = name[len("kokoro_lstm."):-len("_v1")]
+        body = re.search(r"enum kl_tvm_%s_cfg \{([^}]*)\}" % op, header)
+        assert body, op
+        prefix = f"KL_{op.upper()}_CFG_"
+        fields = [f.strip()[len(prefix):].lower() for f in body.group(1).split(",") if f.strip()]
+        assert fields == list(schema._fields) + ["n"], (op, fields)
+        assert schema().abi == _dense.ABI_VERSION
 
 
 # ----------------------------------------------------------------------------------
@@ -73,7 +96,8 @@ def test_matmul_against_numpy(a_shape, b_shape, trans_b, nth):
 def _matmul_panels(A, W, C, bias=None, trans=True, act=0, nth=0, packed=None):
     """matmul_v1 with B = op(W) packed in panels (config value b_panels = 1)."""
     P = torch.from_numpy(_dense.pack_panels(W.numpy(), trans)) if packed is None else packed
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, int(trans), int(bias is not None), nth, act, 1])
+    cfg = _cfg(_dense.MatmulConfig(trans_b=int(trans), has_bias=int(bias is not None),
+                                   num_threads=nth, act=act, b_panels=1))
     args = [cfg, _t(A), _t(P)] + ([_t(bias)] if bias is not None else []) + [_t(C)]
     _fn(_dense.MATMUL_FUNC)(*args)
 
@@ -139,7 +163,7 @@ def test_matmul_panels_errors():
         _matmul_panels(A, W, C, packed=torch.ones(2, 40, 32))        # N = 70 needs 3 panels
     with pytest.raises(ValueError, match=r"compact \[3, 40, 32\] tensor"):
         _matmul_panels(A, W, C, packed=torch.ones(3, 40, 64)[:, :, :32])  # not compact
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, 0, 0, 0, 2])
+    cfg = _cfg(_dense.MatmulConfig(trans_b=1, b_panels=2))
     with pytest.raises(ValueError, match="unknown B layout"):
         _fn(_dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(C))
 
@@ -178,11 +202,11 @@ def test_matmul_bitwise_independent_of_threads():
 def test_matmul_errors():
     f = _fn(_dense.MATMUL_FUNC)
     A, B, C = torch.randn(4, 5), torch.randn(6, 3), torch.empty(4, 3)
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 0, 0, 0])
+    cfg = tvm_ffi.Shape(list(_dense.MatmulConfig())[:4])  # act and b_panels absent
     with pytest.raises(ValueError, match="shapes do not match"):
         f(cfg, _t(A), _t(B), _t(C))
     with pytest.raises(RuntimeError, match="recompile the module"):
-        f(tvm_ffi.Shape([99, 0, 0, 0]), _t(A), _t(A.T.contiguous()), _t(torch.empty(4, 4)))
+        f(_cfg(_dense.MatmulConfig(abi=99)), _t(A), _t(A.T.contiguous()), _t(torch.empty(4, 4)))
     with pytest.raises(TypeError, match="float32"):
         f(cfg, _t(A.double()), _t(torch.randn(5, 3)), _t(C))
     with pytest.raises(ValueError, match="stride 1"):
@@ -211,14 +235,15 @@ def test_conv1d_against_torch(cin, cout, k, stride, pad, dil, w, bias):
         torch.nn.functional.pad(x.double(), pad), wt.double(),
         b.double() if bias else None, stride=stride, dilation=dil).numpy()
     y = torch.full(want.shape, float("nan"))
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, stride, pad[0], pad[1], dil, int(bias), 0])
+    cfg = _cfg(_dense.Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[1], dilation=dil,
+                                   has_bias=int(bias)))
     _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), *([_t(b.view(1, cout, 1))] if bias else []), _t(y))
     _close(y.numpy(), want)
 
 
 def test_conv1d_shape_error():
     x, wt, y = torch.randn(1, 4, 10), torch.randn(3, 4, 3), torch.empty(1, 3, 9)
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, 1, 1, 1, 0, 0])
+    cfg = tvm_ffi.Shape(list(_dense.Conv1dConfig(pad_l=1, pad_r=1))[:7])  # w_panels absent
     with pytest.raises(ValueError, match="expected 10 output steps"):
         _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), _t(y))
 
@@ -226,7 +251,8 @@ def test_conv1d_shape_error():
 def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None):
     """conv1d_v1 with w packed in panels over (tap, channel) (config value w_panels = 1)."""
     P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy())) if packed is None else packed
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, pad[0], pad[1], 1, int(bias is not None), nth, 1])
+    cfg = _cfg(_dense.Conv1dConfig(pad_l=pad[0], pad_r=pad[1], has_bias=int(bias is not None),
+                                   num_threads=nth, w_panels=1))
     cout = y.shape[1]
     _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(P), *([_t(bias.view(1, cout, 1))] if bias is not None else []),
                             _t(y))
@@ -262,13 +288,13 @@ def test_conv1d_panels_errors():
     P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy()))
     f = _fn(_dense.CONV1D_FUNC)
     with pytest.raises(ValueError, match="stride 1 and dilation 1"):
-        f(tvm_ffi.Shape([_dense.ABI_VERSION, 2, 1, 1, 1, 0, 0, 1]), _t(x), _t(P), _t(torch.empty(1, 3, 5)))
+        f(_cfg(_dense.Conv1dConfig(stride=2, pad_l=1, pad_r=1, w_panels=1)), _t(x), _t(P), _t(torch.empty(1, 3, 5)))
     with pytest.raises(ValueError, match=r"w packed in panels must be \[1, ksize \* 4, 32\]"):
         _conv_panels(x, wt, y, (1, 1), packed=torch.ones(1, 13, 32))   # 13 is no multiple of 4
     with pytest.raises(ValueError, match="w packed in panels must be"):
         _conv_panels(x, wt, torch.empty(1, 33, 10), (1, 1))             # 33 channels need 2 panels
     with pytest.raises(ValueError, match="unknown w layout"):
-        f(tvm_ffi.Shape([_dense.ABI_VERSION, 1, 1, 1, 1, 0, 0, 2]), _t(x), _t(P), _t(y))
+        f(_cfg(_dense.Conv1dConfig(pad_l=1, pad_r=1, w_panels=2)), _t(x), _t(P), _t(y))
     with pytest.raises(ValueError, match="expected 10 output steps"):
         _conv_panels(x, wt, torch.empty(1, 3, 9), (1, 1))
 
@@ -298,7 +324,7 @@ def test_conv1d_transpose_dw_against_torch(k, stride, pad, out_pad):
                                                 padding=pad, output_padding=out_pad,
                                                 groups=C).numpy()
     y = torch.full(want.shape, float("nan"))
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, stride, pad, 1, 0, 0])
+    cfg = _cfg(_dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad))
     _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(cfg, _t(x), _t(wt), _t(y))
     _close(y.numpy(), want)
 
@@ -368,9 +394,8 @@ def test_rewrite_linear_attention_and_conv():
     assert counts["matmul"] == 2 and counts["bias_fused"] == 2
     assert counts["conv1d_transpose_dw"] == 1 and counts["attention"] == 1
     assert counts["conv1d_panels"] == 1  # its constant weight packed in panels
-    calls = kt.count_dense_calls(ex.as_text())
-    assert set(calls) == {_dense.MATMUL_FUNC, _dense.CONV1D_FUNC, _dense.ATTENTION_FUNC,
-                          _dense.CONV1D_TRANSPOSE_DW_FUNC, _dense.SOFTMAX_FUNC}, calls
+    text = ex.as_text()  # the compiled VM calls every extern by name
+    assert all(name in text for name in _dense.CONFIGS), text
     assert counts["softmax"] == 1
     assert kt.uses_engine(ex)
     np.testing.assert_allclose(got, want, rtol=1e-4)
@@ -391,7 +416,7 @@ def test_rewrite_packs_constant_weights_once():
                 wt = bb.emit(relax.op.permute_dims(relax.const(W), [1, 0]))
                 c = relax.const(B)
                 h1 = bb.emit(relax.op.matmul(x, wt))                 # [1, 13, 40]
-                h2 = bb.emit(relax.op.matmul(x, wt))
+                h2 = bb.emit(relax.op.matmul(relax.op.negative(x), wt))  # (not a copy of h1)
                 h3 = bb.emit(relax.op.matmul(x, c))                  # [1, 13, 33]
                 g = bb.emit(relax.op.matmul(h1, relax.op.permute_dims(h2, [0, 2, 1])))
                 r = bb.emit(relax.op.add(relax.op.sum(g), relax.op.sum(h3)))
@@ -555,7 +580,7 @@ def test_num_threads_compiled_into_engine_calls():
     text = mod.script(show_meta=False)
     want = cfg[:10] + [3] + cfg[11:]
     assert f"R.shape([{', '.join(map(str, want))}])" in text, text
-    assert f"R.shape([{_dense.ABI_VERSION}, 0, 0, 3, 0, 1])" in text
+    assert f"R.shape([{', '.join(map(str, _dense.MatmulConfig(num_threads=3, b_panels=1)))}])" in text
 
 
 # ----------------------------------------------------------------------------------
@@ -585,12 +610,12 @@ def test_softmax_against_numpy(isa):
             x = torch.randn(*shape, generator=g) * 10
             x.view(-1)[::3] = -1e30           # masked entries (-inf-like)
             y = torch.full(shape, float("nan"))
-            _fn(_dense.SOFTMAX_FUNC)(tvm_ffi.Shape([_dense.ABI_VERSION, 0]), _t(x), _t(y))
+            _fn(_dense.SOFTMAX_FUNC)(_cfg(_dense.SoftmaxConfig()), _t(x), _t(y))
             np.testing.assert_allclose(y.numpy(), _softmax_ref(x.numpy()), rtol=1e-5, atol=1e-7)
         x = torch.full((2, 9), float("-inf"))
         x[1, 3] = 0.5
         y = torch.empty(2, 9)
-        _fn(_dense.SOFTMAX_FUNC)(tvm_ffi.Shape([_dense.ABI_VERSION, 2]), _t(x), _t(y))
+        _fn(_dense.SOFTMAX_FUNC)(_cfg(_dense.SoftmaxConfig(num_threads=2)), _t(x), _t(y))
         assert torch.isnan(y[0]).all()        # an all -inf row: NaN, as in PyTorch
         assert y[1, 3] == 1.0 and y[1].sum() == 1.0
     finally:
@@ -613,10 +638,10 @@ def _attn_ref(q, k, v, mask, scale):
 
 
 def _attention(q, k, v, o, mask=None, layouts=(0, 0, 0, 0), scale=0.125, nth=0):
-    import struct
-
-    bits = struct.unpack("<i", struct.pack("<f", scale))[0]
-    cfg = tvm_ffi.Shape([_dense.ABI_VERSION, *layouts, int(mask is not None), bits, nth])
+    lq, lk, lv, lo = layouts
+    cfg = _cfg(_dense.AttentionConfig(q_layout=lq, k_layout=lk, v_layout=lv, o_layout=lo,
+                                      has_mask=int(mask is not None),
+                                      scale_bits=_dense.f32_bits(scale), num_threads=nth))
     args = [cfg, _t(q), _t(k), _t(v)] + ([_t(mask)] if mask is not None else []) + [_t(o)]
     _fn(_dense.ATTENTION_FUNC)(*args)
 
@@ -709,7 +734,8 @@ def test_matmul_gelu_epilogue(M, K, N, bias):
     outs = []
     for nth in (1, 2):
         C = torch.full((M, N), 7.0)
-        cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, int(bias), nth, 1])
+        cfg = tvm_ffi.Shape(list(_dense.MatmulConfig(trans_b=1, has_bias=int(bias), num_threads=nth,
+                                                     act=1))[:5])  # b_panels absent
         _fn(_dense.MATMUL_FUNC)(*([cfg, _t(A), _t(W)] + ([_t(b)] if bias else []) + [_t(C)]))
         outs.append(C)
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
@@ -720,7 +746,7 @@ def test_matmul_gelu_epilogue(M, K, N, bias):
     ok = ~np.isnan(want)
     _close(got[ok], want[ok])
     with pytest.raises(ValueError, match="activation"):
-        cfg = tvm_ffi.Shape([_dense.ABI_VERSION, 1, 0, 1, 9])
+        cfg = _cfg(_dense.MatmulConfig(trans_b=1, num_threads=1, act=9))
         _fn(_dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(torch.empty(M, N)))
 
 

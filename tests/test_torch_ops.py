@@ -139,7 +139,8 @@ def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-def test_fake_impl_shapes_and_errors():
+def test_fake_impl_shapes():
+    """The fakes compute the outputs' shapes only (the real op validates)."""
     T, B, I, H = 5, 3, 4, 6
     x, h0, c0 = _meta(T, B, I), _meta(2, B, H), _meta(2, B, H)
     w = [_meta(4 * H, I), _meta(4 * H, H), _meta(4 * H), _meta(4 * H)] * 2
@@ -148,32 +149,37 @@ def test_fake_impl_shapes_and_errors():
     assert out.shape == (T, B, 2 * H) and h.shape == c.shape == (2, B, H)
     out, h, c = ko.lstm_forward(x, h0[:1], c0[:1], *w[:4])
     assert out.shape == (T, B, H) and h.shape == (1, B, H)
+    out, h, c = ko.lstm_forward_gated(x, None, None, False, *w)
+    assert out.shape == (T, B, 2 * H) and h.shape == c.shape == (2, B, H)
+
+
+def test_bad_input_errors():
+    """The real op refuses bad input naming the argument, in torch's words."""
+    T, B, I, H = 5, 3, 4, 6
+    z = torch.zeros
+    x, h0, c0 = z(T, B, I), z(2, B, H), z(2, B, H)
+    w = [z(4 * H, I), z(4 * H, H), z(4 * H), z(4 * H)] * 2
+    ln = torch.full((B,), T, dtype=torch.int64)
 
     def bad(match, *args, op=ko.lstm_forward_packed_bidirectional):
-        with pytest.raises(RuntimeError, match=match):
+        with torch.no_grad(), pytest.raises(RuntimeError, match=match):
             op(*args)
 
-    bad("input must be 3-D", _meta(T, I), ln, h0, c0, *w)
-    bad("h0 must have shape", x, ln, _meta(1, B, H), c0, *w)
-    bad("c0 must have shape", x, ln, h0, _meta(2, B + 1, H), *w)
-    bad("weight_ih_l0 must be", x, ln, h0, c0, _meta(4 * H + 1, I), *w[1:])
-    bad("weight_hh_l0 must have shape", x, ln, h0, c0, w[0], _meta(4 * H, H + 1), *w[2:])
-    bad("weight_ih_l0_reverse must have shape", x, ln, h0, c0, *w[:4], _meta(4 * H, I + 1),
-        *w[5:])
-    bad("bias_hh_l0 must have shape", x, ln, h0, c0, *w[:3], _meta(H), *w[4:])
-    bad("lengths must have shape", x, _meta(B + 1, dtype=torch.int64), h0, c0, *w)
-    bad("lengths must be int64", x, _meta(B, dtype=torch.int32), h0, c0, *w)
-    bad("has dtype", x, ln, h0, c0, _meta(4 * H, I, dtype=torch.float64), *w[1:])
-    bad("float32 or float64", _meta(T, B, I, dtype=torch.float16), ln, h0, c0, *w)
+    bad("input must be 3-D", z(T, I), ln, h0, c0, *w)
+    bad("h0 must have shape", x, ln, z(1, B, H), c0, *w)
+    bad("c0 must have shape", x, ln, h0, z(2, B + 1, H), *w)
+    bad("weight_ih_l0 must be", x, ln, h0, c0, z(4 * H + 1, I), *w[1:])
+    bad("weight_hh_l0 must have shape", x, ln, h0, c0, w[0], z(4 * H, H + 1), *w[2:])
+    bad("weight_ih_l0_reverse must have shape", x, ln, h0, c0, *w[:4], z(4 * H, I + 1), *w[5:])
+    bad("bias_hh_l0 must have shape", x, ln, h0, c0, *w[:3], z(H), *w[4:])
+    bad("lengths must have shape", x, torch.full((B + 1,), T), h0, c0, *w)
+    bad("lengths must be int64", x, ln.int(), h0, c0, *w)
+    bad("has dtype", x, ln, h0, c0, z(4 * H, I, dtype=torch.float64), *w[1:])
+    bad("float32 or float64", z(T, B, I, dtype=torch.float16), ln, h0, c0, *w)
     bad("both be given or both None", x, ln, h0, c0, *w[:2], None, None, *w[4:])
-    # the same checks guard the CPU kernel
-    with torch.no_grad(), pytest.raises(RuntimeError, match="h0 must have shape"):
-        ko.lstm_forward(torch.zeros(T, B, I), torch.zeros(2, B, H), torch.zeros(1, B, H),
-                        torch.zeros(4 * H, I), torch.zeros(4 * H, H), None, None)
+    bad("h0 must have shape", x, h0, z(1, B, H), *w[:4], op=ko.lstm_forward)
     with torch.no_grad(), pytest.raises(ValueError, match=r"lengths\[1\] = 6 is outside 1..5"):
-        ko.lstm_forward_packed(torch.zeros(T, B, I), torch.tensor([1, 6, 2]),
-                               torch.zeros(1, B, H), torch.zeros(1, B, H),
-                               torch.zeros(4 * H, I), torch.zeros(4 * H, H), None, None)
+        ko.lstm_forward_packed(x, torch.tensor([1, 6, 2]), h0[:1], c0[:1], *w[:2], None, None)
 
 
 def test_arguments_on_another_device_are_refused():

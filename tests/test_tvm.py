@@ -621,7 +621,7 @@ def test_dense_config_num_threads_is_range_checked(nth):
     f = tvm_ffi.get_global_func(_dense.SOFTMAX_FUNC)
     x = tvm.runtime.tensor(np.ones((2, 3), "float32"))
     y = tvm.runtime.tensor(np.zeros((2, 3), "float32"))
-    f(tvm_ffi.Shape([_dense.ABI_VERSION, 1]), x, y)  # valid
+    f(tvm_ffi.Shape(list(_dense.SoftmaxConfig(num_threads=1))), x, y)  # valid
     assert np.allclose(y.numpy(), 1 / 3)
     with pytest.raises(ValueError, match="num_threads"):
-        f(tvm_ffi.Shape([_dense.ABI_VERSION, nth]), x, y)
+        f(tvm_ffi.Shape(list(_dense.SoftmaxConfig(num_threads=nth))), x, y)

@@ -569,7 +569,7 @@ def _port_method(comp, method, out_dir, opts, progress):
         "lstm_method": resolved,
         "lstm_semantics": opts["semantics"],
         "dense_method": dense,
-        "dense_calls": kt.count_dense_calls(script),
+        "dense_calls": kt.count_dense_calls(mod),
         # products whose constant weight the lowering packed in panels at compile time
         "dense_packed_weights": {"matmuls": rewrites.get("matmul_panels", 0),
                                  "convs": rewrites.get("conv1d_panels", 0),

@@ -1,56 +1,43 @@
 """Dense ops of a Relax module into the kokoro_lstm engine (``--dense-method native``).
 
-TVM's default CPU pipeline legalizes ``R.matmul`` and ``R.nn.conv1d`` into naive
-loop nests (no BLAS backend in the PyPI wheel; dlight's CPU rules cover GEMV and
-reductions only), which makes Kokoro's encoder 20-90x slower than PyTorch
-without hours of MetaSchedule tuning. :func:`rewrite_dense` replaces, where every
-shape is static and the dtype float32:
+TVM's CPU pipeline legalizes ``R.matmul`` and ``R.nn.conv1d`` into naive loop nests
+(the PyPI wheel has no BLAS backend). :func:`rewrite_dense` replaces, where every
+shape is static and the dtype float32, each of these by a call of one of the
+engine's externs (C functions registered with tvm-ffi: src/tvm/kl_tvm_dense.c over
+src/ops/dense.c), one ``relax.dpl`` pattern and one check per rule (:data:`_RULES`):
 
-* ``R.matmul(A, B)`` (A, B at least 2-D, numpy batch broadcasting where each
-  operand's batch is the result's or all ones) by ``kokoro_lstm.matmul_v1``; a
-  ``B = R.permute_dims(W, [.., -1, -2])`` of a 2-D ``W`` is read transposed in
-  place (no copy); a constant 2-D B (a linear's weight) is packed in 32-column
-  panels at compile time (:func:`pack_panels`, once per constant) and read by the
-  engine's f32-pgemm kernels instead of OpenBLAS, which packs B on every call:
-  bert at 64 tokens 122 -> 102 ms (1 thread) and 51 -> 37 ms (2 threads), at 512
-  tokens 858 -> 836 and 458 -> 449 ms (2-core AVX-512 Xeon, medians of alternated
-  calls); and ``R.add(matmul, bias[N])`` is fused when the product has no
-  other use, and so is a GELU (tanh form, ALBERT's FFN) that follows (its own
-  elementwise pass re-read [512, 2048] per bert layer: ~20 ms of ~800 at 512 tokens);
-* ``R.nn.conv1d`` (NCW/OIW, groups 1) by ``kokoro_lstm.conv1d_v1``, with the bias
-  of a following ``R.add(conv, bias[1, C, 1])`` fused likewise. A constant weight
-  of more than one tap (stride and dilation 1) is packed in panels over (tap,
-  channel) at compile time (:func:`pack_conv_panels`) and the conv runs on the
-  f32-pgemm kernels without im2col (x transposed once; each output step's window
-  is a contiguous run of it); a weight that torch.export computes from constants
-  (weight norm: Kokoro's text_encoder and f0n convs) is evaluated at compile time
-  for it (:func:`_fold_weights`). Others: im2col + OpenBLAS. 2-core AVX-512 Xeon,
-  1 thread, one process alternating the two builds: text_encoder 0.77x the time at
-  64 tokens, 0.91x at 512; f0n 0.82x at 64 frames, 0.92x at 512;
-* ``R.nn.conv1d_transpose`` with groups == channels (f0n's depthwise upsampling)
-  by ``kokoro_lstm.conv1d_transpose_dw_v1``;
+* ``matmul(A, B)`` (numpy batch broadcasting where each operand's batch is the
+  result's or all ones) by ``matmul_v1``: ``B = permute_dims(W)`` of a 2-D ``W`` is
+  read transposed in place; a constant 2-D B (a linear's weight) is packed in
+  32-column panels at compile time (:func:`pack_panels`, once per constant) for the
+  engine's f32-pgemm kernels; a following per-column bias add and a GELU (tanh
+  form, ALBERT's ``gelu_new``) are fused into the call;
+* ``conv1d`` (NCW/OIW, groups 1) by ``conv1d_v1``, a per-channel bias add fused; a
+  constant weight of more than one tap (stride and dilation 1) is packed in panels
+  over (tap, channel) (:func:`pack_conv_panels`), a weight computed from constants
+  (weight norm) evaluated at compile time first (:func:`_fold_weights`);
+* a depthwise ``conv1d_transpose`` by ``conv1d_transpose_dw_v1``;
 * the scaled-dot-product attention that ``torch.export`` decomposes SDPA into
-  (``matmul(q*a, permute(k)*a)`` [``+ mask``] → ``softmax`` → fully-masked-row
-  fix → ``matmul(·, v)``, see :meth:`_Rewriter.attention`) by
-  ``kokoro_lstm.attention_v1``: one call per attention, q/k/v read and the output
-  written in the ``[B, L, H, D]`` layout of the linears around it (their head
-  transposes folded), no ``[B, H, L, S]`` tensor in memory. Measured on bert at 512
-  tokens (2-core AVX-512 Xeon, 1 thread): the decomposed form spent ~90 ms per
-  forward in TVM kernels and softmax besides its GEMMs, ~180 ms in all;
-* ``R.nn.softmax`` over the last axis (bert's attention: TVM's scheduled softmax
-  took ~16 ms per [12, 512, 512] layer, half of bert's non-GEMM time) by
-  ``kokoro_lstm.softmax_v1`` (vectorized exp, rows on the pool).
+  (``matmul(q*a, permute(k)*a)`` [``+ mask``] -> ``softmax`` -> fully-masked-row fix
+  -> ``matmul(., v)``) by ``attention_v1``, reading q/k/v and writing its output in
+  the ``[B, L, H, D]`` layout of the linears around it (their head transposes
+  folded);
+* ``softmax`` over the last axis by ``softmax_v1``.
 
-Each is a C function of the engine registered with tvm-ffi (src/tvm/kl_tvm_dense.c,
-src/ops/dense.c): OpenBLAS sgemm on tiles fixed by the shapes, or the f32-pgemm
-kernels on packed constant weights, on the engine's thread pool. :func:`kokoro_lstm.tvm.export_library` links the engine into the
-artifact, so it runs where TVM's runtime runs, without Python.
+Every extern's config (its first argument, a shape) is one NamedTuple here
+(:data:`CONFIGS`), whose fields are the C side's ``KL_*_CFG_*`` indices in
+src/tvm/kl_tvm_dense.h in the same order. :func:`kokoro_lstm.tvm.export_library`
+links the engine into the artifact, so it runs where TVM's runtime runs.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 __all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "SOFTMAX_FUNC",
-           "ATTENTION_FUNC", "ABI_VERSION",
-           "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls"]
+           "ATTENTION_FUNC", "ABI_VERSION", "CONFIGS", "MatmulConfig", "Conv1dConfig",
+           "Conv1dTransposeDwConfig", "SoftmaxConfig", "AttentionConfig",
+           "DENSE_METHODS", "select_dense_method", "rewrite_dense", "dense_calls",
+           "count_dense_calls"]
 
 ABI_VERSION = 1
 MATMUL_FUNC = "kokoro_lstm.matmul_v1"
@@ -60,9 +47,116 @@ SOFTMAX_FUNC = "kokoro_lstm.softmax_v1"
 ATTENTION_FUNC = "kokoro_lstm.attention_v1"
 #: Width of the panels of a packed B (KL_DENSE_PANEL in src/ops/dense.h).
 PANEL = 32
-DENSE_FUNCS = (MATMUL_FUNC, CONV1D_FUNC, CONV1D_TRANSPOSE_DW_FUNC, SOFTMAX_FUNC, ATTENTION_FUNC)
 #: ``--dense-method`` values: native (the engine's externs) or tvm (TVM's own lowering).
 DENSE_METHODS = ("native", "tvm")
+#: matmul_v1's ``act``: GELU, tanh form, on the result (KL_ACT_GELU_TANH).
+ACT_GELU_TANH = 1
+
+
+# -- the externs' configs: one schema each, the C side's KL_*_CFG_* order -----------------
+class MatmulConfig(NamedTuple):
+    """``matmul_v1(cfg, A, B, [bias], C)``; ``act`` and ``b_panels`` may be absent (0)."""
+    abi: int = ABI_VERSION
+    trans_b: int = 0      # B is [.., N, K]
+    has_bias: int = 0
+    num_threads: int = 0  # 0: the process default at run time
+    act: int = 0          # 0, or ACT_GELU_TANH
+    b_panels: int = 0     # 1: B is op(B) packed by pack_panels, shared by the batch
+
+
+class Conv1dConfig(NamedTuple):
+    """``conv1d_v1(cfg, x, w, [bias], y)``; ``w_panels`` may be absent (0)."""
+    abi: int = ABI_VERSION
+    stride: int = 1
+    pad_l: int = 0
+    pad_r: int = 0
+    dilation: int = 1
+    has_bias: int = 0
+    num_threads: int = 0
+    w_panels: int = 0     # 1: w packed by pack_conv_panels (stride and dilation 1)
+
+
+class Conv1dTransposeDwConfig(NamedTuple):
+    """``conv1d_transpose_dw_v1(cfg, x, w, [bias], y)``."""
+    abi: int = ABI_VERSION
+    stride: int = 1
+    pad_l: int = 0
+    dilation: int = 1
+    has_bias: int = 0
+    num_threads: int = 0
+
+
+class SoftmaxConfig(NamedTuple):
+    """``softmax_v1(cfg, x, y)``, over the last axis."""
+    abi: int = ABI_VERSION
+    num_threads: int = 0
+
+
+class AttentionConfig(NamedTuple):
+    """``attention_v1(cfg, q, k, v, [mask], o)``; layouts 0 [B, H, rows, D], 1 [B, rows, H, D]."""
+    abi: int = ABI_VERSION
+    q_layout: int = 0
+    k_layout: int = 0
+    v_layout: int = 0
+    o_layout: int = 0
+    has_mask: int = 0
+    scale_bits: int = 0   # the float32 scale's bits (f32_bits)
+    num_threads: int = 0
+
+
+#: extern name -> its config's schema
+CONFIGS = {MATMUL_FUNC: MatmulConfig, CONV1D_FUNC: Conv1dConfig,
+           CONV1D_TRANSPOSE_DW_FUNC: Conv1dTransposeDwConfig, SOFTMAX_FUNC: SoftmaxConfig,
+           ATTENTION_FUNC: AttentionConfig}
+_FUNC_OF = {cls: name for name, cls in CONFIGS.items()}
+
+
+def f32_bits(x) -> int:
+    """The bits of float32 ``x`` as a signed int (AttentionConfig.scale_bits)."""
+    import struct
+
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def extern_call(cfg, args, out_shape):
+    """``call_dps_packed`` of the extern whose config ``cfg`` is, into float32 ``out_shape``."""
+    from tvm import relax
+
+    return relax.call_dps_packed(_FUNC_OF[type(cfg)], [relax.ShapeExpr(list(cfg))] + list(args),
+                                 relax.TensorType(out_shape, "float32"))
+
+
+def dense_calls(mod) -> list:
+    """``[(extern name, config)]`` of every engine extern call in ``mod``'s Relax
+    functions, found by walking the IR; each config parsed by its schema."""
+    import tvm
+    from tvm import relax
+
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"expected a tvm.IRModule, got {type(mod).__name__}")
+    found = []
+
+    def visit(e):
+        if not (isinstance(e, relax.Call) and _op_name(e) == "relax.call_dps_packed"):
+            return
+        f, args = e.args[0], e.args[1]
+        if isinstance(f, relax.ExternFunc) and f.global_symbol in CONFIGS:
+            cfg = args.fields[0] if isinstance(args, relax.Tuple) and args.fields else None
+            vals = [int(v) for v in cfg.values] if isinstance(cfg, relax.ShapeExpr) else []
+            found.append((f.global_symbol, CONFIGS[f.global_symbol](*vals)))
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def count_dense_calls(mod) -> dict:
+    """{extern name: number of calls} in a module (:func:`dense_calls`)."""
+    counts = {}
+    for name, _ in dense_calls(mod):
+        counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def select_dense_method(target="llvm", method="native") -> str:
@@ -83,6 +177,7 @@ def select_dense_method(target="llvm", method="native") -> str:
     return method
 
 
+# -- helpers ----------------------------------------------------------------------------------
 def _static_shape(expr, dtype="float32"):
     """The static shape (tuple of ints) of a float32 tensor expr, else None."""
     from tvm import relax, tirx
@@ -123,29 +218,6 @@ def _op_name(e):
     return None
 
 
-def _count_uses(expr, uses):
-    """Adds the Var references of ``expr`` into ``uses``; False for an expr kind
-    it does not know (then nothing in its function is fused)."""
-    from tvm import relax
-
-    if isinstance(expr, relax.Var):
-        uses[expr] = uses.get(expr, 0) + 1
-        return True
-    if isinstance(expr, relax.Call):
-        return all(_count_uses(a, uses) for a in expr.args)
-    if isinstance(expr, relax.Tuple):
-        return all(_count_uses(f, uses) for f in expr.fields)
-    if isinstance(expr, relax.TupleGetItem):
-        return _count_uses(expr.tuple_value, uses)
-    import tvm
-
-    leaf = tuple(getattr(mod, n) for mod, n in (
-        (tvm.ir.expr, "Constant"), (tvm.ir.expr, "StringImm"), (relax, "ShapeExpr"),
-        (relax, "PrimValue"), (relax, "DataTypeImm"), (tvm.ir, "GlobalVar"),
-        (relax, "ExternFunc")) if hasattr(mod, n))
-    return isinstance(expr, leaf)
-
-
 def _const_scalar(e):
     """The float value of a scalar (or one-element) float Constant, else None."""
     import tvm
@@ -156,21 +228,6 @@ def _const_scalar(e):
     if a.size != 1 or a.dtype.kind != "f":
         return None
     return float(a.reshape(()))
-
-
-def _call_vars(e):
-    """The Vars a binding value reads directly (call arguments, tuple fields)."""
-    from tvm import relax
-
-    if isinstance(e, relax.Var):
-        return [e]
-    if isinstance(e, relax.Call):
-        return [v for a in e.args for v in _call_vars(a)]
-    if isinstance(e, relax.Tuple):
-        return [v for f in e.fields for v in _call_vars(f)]
-    if isinstance(e, relax.TupleGetItem):
-        return _call_vars(e.tuple_value)
-    return []
 
 
 def _is_const(e):
@@ -262,59 +319,225 @@ def _fold_weights(func, targets):
 def _conv_on_panels(w_shape, stride, dilation):
     """Whether a conv1d with a constant weight runs on panels (``w_panels``):
     stride and dilation 1 (its shifted rows are then contiguous) and a kernel of
-    more than one tap. A 1-tap conv needs no im2col on the BLAS path either and
-    measured level or slower on panels (512 -> 256 channels, 256 steps, 2-core
-    AVX-512 Xeon: 0.99x at 1 thread, 1.17x at 2)."""
+    more than one tap (a 1-tap conv needs no im2col on the BLAS path, which is as
+    fast)."""
     return stride == 1 and dilation == 1 and w_shape is not None and w_shape[2] > 1
 
 
-def _f32_bits(x):
-    import struct
+# -- patterns -----------------------------------------------------------------------------
+def _op(name, *args):
+    """A call of Relax operator ``name`` on ``args``; further arguments (a reshape's
+    shape, ...) match anything."""
+    from tvm.relax.dpl import is_op
 
-    return struct.unpack("<i", struct.pack("<f", x))[0]
+    return is_op(name)(*args, varg_default_wildcard=True)
+
+
+def _either(name, a, b):
+    """``name(a, b)`` or ``name(b, a)``."""
+    return _op(name, a, b) | _op(name, b, a)
+
+
+def _views(p):
+    """``p`` through up to two reshapes / broadcast_tos (the longest chain first); the
+    checks see whether they are row-major views of it (:meth:`_Scope.peel`)."""
+    one = _op("relax.reshape", p) | _op("relax.broadcast_to", p)
+    two = (_op("relax.reshape", _op("relax.broadcast_to", p))
+           | _op("relax.reshape", _op("relax.reshape", p)))
+    return two | one | p
+
+
+def _scaled(p):
+    """``p``, or ``p`` times a constant."""
+    from tvm.relax.dpl import is_const
+
+    return _op("relax.multiply", p, is_const()) | p
+
+
+def _sdpa_pattern():
+    """torch.export's SDPA decomposition, rooted at ``matmul(P, v)``: scores
+    ``q @ k^T`` (each scaled, k transposed, through views) [``+ mask``], softmax,
+    [the fully-masked-row fix ``where(no score > -inf, 0, P)``]."""
+    from tvm.relax.dpl import is_const, wildcard
+
+    q = _views(_scaled(_views(wildcard())))
+    k = (_views(_scaled(_views(_op("relax.permute_dims", _views(wildcard())))))
+         | _views(_op("relax.permute_dims", _views(_scaled(_views(wildcard()))))))
+    ann = {"scores": _op("relax.matmul", q, k), "mask": wildcard(),
+           "ninf": is_const(), "zero": is_const()}
+    s4 = _views(ann["scores"])
+    ann["masked"] = _op("relax.add", s4, ann["mask"])
+    ann["masked_r"] = _op("relax.add", ann["mask"], s4)
+    s2 = ann["masked"] | ann["masked_r"] | s4
+    ann["softmax"] = p = _op("relax.nn.softmax", s2)
+    ann["max"] = _op("relax.max", _op("relax.astype", _op("relax.logical_not", _op(
+        "relax.equal", s2, ann["ninf"]))))
+    empty = _op("relax.logical_not", _op("relax.astype", ann["max"]))
+    ann["fix"] = _op("relax.where", empty, _op("relax.full_like", wildcard(), ann["zero"]), p)
+    return _op("relax.matmul", _views(ann["fix"] | p), _views(wildcard())), ann
+
+
+def _sdpa_out_pattern():
+    """Up to three permute_dims over views of an attention call."""
+    from tvm.relax.dpl import ExternFuncPattern, wildcard
+
+    att = _views(_op("relax.call_dps_packed", ExternFuncPattern(ATTENTION_FUNC), wildcard()))
+    chain = _op("relax.permute_dims", att)
+    for _ in range(2):
+        chain = _op("relax.permute_dims", chain | att)
+    return chain, {}
+
+
+def _gelu_pattern():
+    """ALBERT's gelu_new as exported: ``(x * 0.5) * (tanh((x + x**3 * 0.044715) *
+    0.7978846) + 1)``, the operands of each multiply and add in either order."""
+    from tvm.relax.dpl import is_const, wildcard
+
+    x = wildcard()
+    ann = {c: is_const() for c in ("c_half", "c_one", "c_sqrt", "c_cubic", "c_three")}
+    ann["pow"] = _op("relax.power", x, ann["c_three"])
+    ann["cube"] = _either("relax.multiply", ann["pow"], ann["c_cubic"])
+    ann["inner"] = _either("relax.add", x, ann["cube"])
+    ann["arg"] = _either("relax.multiply", ann["inner"], ann["c_sqrt"])
+    ann["tanh"] = _op("relax.tanh", ann["arg"])
+    ann["plus1"] = _either("relax.add", ann["tanh"], ann["c_one"])
+    ann["half"] = _either("relax.multiply", x, ann["c_half"])
+    return _either("relax.multiply", ann["half"], ann["plus1"]), ann
+
+
+def _bias_pattern():
+    """A matmul or conv1d with an add after it."""
+    from tvm.relax.dpl import wildcard
+
+    prod = (_op("relax.matmul", wildcard(), wildcard())
+            | _op("relax.nn.conv1d", wildcard(), wildcard()))
+    return _either("relax.add", prod, wildcard()), {}
+
+
+def _lstm_pattern():
+    from tvm.relax.dpl import ExternFuncPattern, wildcard
+
+    from . import _native
+
+    return _op("relax.call_dps_packed", ExternFuncPattern(_native.FUNC_NAME), wildcard()), {}
+
+
+def _single(name, nargs=2):
+    """A call of operator ``name`` on anything."""
+    def make():
+        from tvm.relax.dpl import wildcard
+
+        return _op(name, *[wildcard() for _ in range(nargs)]), {}
+    return make
+
+
+# -- the rewrite ----------------------------------------------------------------------------
+class _Scope:
+    """One Relax function's bindings (var -> value and back) and the uses of each
+    var, as the rules' checks read them."""
+
+    def __init__(self, func):
+        from tvm import relax
+
+        self.value, self.var, self.uses = {}, {}, {}
+        for block in func.body.blocks:
+            for bd in block.bindings:
+                if isinstance(bd, relax.VarBinding):
+                    self.value[bd.var] = bd.value
+                    self.var[bd.value] = bd.var
+
+        def count(e):
+            if isinstance(e, relax.Var):
+                self.uses[e] = self.uses.get(e, 0) + 1
+
+        relax.analysis.post_order_visit(func.body, count)
+
+    def call(self, x, name=None):
+        """The value bound to var x when it is a call (of operator ``name``), else None."""
+        v = self.value.get(x)
+        return v if _op_name(v) is not None and (name is None or _op_name(v) == name) else None
+
+    def used_once(self, e):
+        """Whether the var bound to (or being) e has exactly one use."""
+        return self.uses.get(self.var.get(e, e), 0) == 1
+
+    def peel(self, x):
+        """x through reshapes and same-size broadcast_tos (row-major views of it)."""
+        import math
+
+        while True:
+            v = self.value.get(x)
+            if _op_name(v) not in ("relax.reshape", "relax.broadcast_to"):
+                return x
+            a, b = _static_shape(v.args[0]), _static_shape(x)
+            if a is None or b is None or math.prod(a) != math.prod(b):
+                return x
+            x = v.args[0]
 
 
 class _Rewriter:
+    """The rules, one pattern and one check each (:data:`_RULES`), applied in turn to
+    every Relax function of a module; counts what it fused and packed."""
+
     def __init__(self, num_threads):
         self.nth = int(num_threads or 0)
         self.counts = {}
-        self.packed = {}
+        self.packed = {}  # (Constant, layout) -> its panels
         self.folded = {}  # var -> Constant (_fold_weights)
 
     def _count(self, key):
         self.counts[key] = self.counts.get(key, 0) + 1
 
-    # -- matmul -----------------------------------------------------------------
-    def matmul(self, call, bindings, bias=None, act=0):
+    def rewrite_function(self, func):
         from tvm import relax
+        from tvm.relax.dpl import rewrite_call
 
+        if not isinstance(func.body, relax.SeqExpr):
+            return func
+        scope = _Scope(func)
+        # weights computed from constants (weight norm) in front of a conv on panels
+        self.folded.update(_fold_weights(func, [
+            v.args[1] for v in scope.value.values()
+            if _op_name(v) == "relax.nn.conv1d" and isinstance(v.args[1], relax.Var)
+            and _conv_on_panels(_static_shape(v.args[1]), int(v.attrs.strides[0]),
+                                int(v.attrs.dilation[0]))]))
+        for make_pattern, rule in _RULES:
+            if rule == "lstm_threads" and not self.nth:
+                continue
+            pattern, ann = make_pattern()
+
+            def rewrite(call, matches, check=getattr(self, rule), scope=_Scope(func), ann=ann):
+                """The check's replacement for the matched ``call``, or ``call`` itself;
+                the check reads the annotated sub-matches by name."""
+                new = check(call, {k: matches[p] for k, p in ann.items() if p in matches}, scope)
+                return call if new is None else new
+
+            func = rewrite_call(pattern, rewrite, func)
+        return func
+
+    # -- matmul ---------------------------------------------------------------------------
+    def _matmul(self, call, scope, bias=None, act=0):
+        """matmul_v1 for ``call`` (a matmul), else None."""
         a, b = call.args
         sa, sb, out = _static_shape(a), _static_shape(b), _static_shape(call)
         if sa is None or sb is None or out is None or len(sa) < 2 or len(sb) < 2:
             return None
         if str(call.attrs.out_dtype) not in ("", "None", "void", "float32"):
             return None
-        cb = out[:-2]
         trans_b = 0
-        bb = bindings.get(b) if isinstance(b, relax.Var) else None
-        if _op_name(bb) == "relax.permute_dims" and len(sb) == 2:
-            w = bb.args[0]
-            axes = bb.attrs.axes
-            if (_static_shape(w) is not None
-                    and (axes is None or [int(x) for x in axes] == [1, 0])):
+        bt = scope.call(b, "relax.permute_dims")
+        if bt is not None and len(sb) == 2:
+            w, axes = bt.args[0], bt.attrs.axes
+            if _static_shape(w) is not None and (axes is None or [int(x) for x in axes] == [1, 0]):
                 b, sb, trans_b = w, _static_shape(w), 1
-        if not (_batch_ok(sa, cb) and _batch_ok(sb, cb)):
+        if not (_batch_ok(sa, out[:-2]) and _batch_ok(sb, out[:-2])):
             return None
-        vals = [ABI_VERSION, trans_b, int(bias is not None), self.nth]
-        if len(sb) == 2 and _is_const(b):
+        panels = len(sb) == 2 and _is_const(b)
+        if panels:
             b = self._panels(b, trans_b)
-            vals += [act, 1]
-        elif act:
-            vals.append(act)
-        self._count("matmul")
-        return relax.call_dps_packed(MATMUL_FUNC,
-                                     [relax.ShapeExpr(vals), a, b] + ([bias] if bias is not None else []),
-                                     relax.TensorType(out, "float32"))
+        cfg = MatmulConfig(trans_b=trans_b, has_bias=int(bias is not None), num_threads=self.nth,
+                           act=act, b_panels=int(panels))
+        return extern_call(cfg, [a, b] + ([bias] if bias is not None else []), out)
 
     def _panels(self, w, layout):
         """The Constant w packed in panels, once per constant (ALBERT's 12 layers
@@ -331,10 +554,11 @@ class _Rewriter:
             self._count("panels_packed")
         return self.packed[key]
 
-    # -- conv1d -----------------------------------------------------------------
-    def conv1d(self, call, bindings, bias=None):
-        from tvm import relax
+    def matmul(self, call, m, scope):
+        return self._matmul(call, scope)
 
+    # -- conv1d ---------------------------------------------------------------------------
+    def _conv1d(self, call, scope, bias=None):
         x, w = call.args
         at = call.attrs
         sx, sw, out = _static_shape(x), _static_shape(w), _static_shape(call)
@@ -344,23 +568,24 @@ class _Rewriter:
             return None
         pad = [int(p) for p in at.padding] or [0]
         stride, dil = int(at.strides[0]), int(at.dilation[0])
-        vals = [ABI_VERSION, stride, pad[0], pad[-1], dil, int(bias is not None), self.nth]
         w = self.folded.get(w, w)
-        if _conv_on_panels(sw, stride, dil) and _is_const(w):
+        panels = _conv_on_panels(sw, stride, dil) and _is_const(w)
+        if panels:
             w = self._panels(w, "conv")
-            vals.append(1)
-        self._count("conv1d")
-        return relax.call_dps_packed(CONV1D_FUNC, [relax.ShapeExpr(vals), x, w]
-                                     + ([bias] if bias is not None else []),
-                                     relax.TensorType(out, "float32"))
+        cfg = Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[-1], dilation=dil,
+                           has_bias=int(bias is not None), num_threads=self.nth,
+                           w_panels=int(panels))
+        return extern_call(cfg, [x, w] + ([bias] if bias is not None else []), out)
 
-    def conv1d_transpose(self, call, bindings, bias=None):
-        from tvm import relax
+    def conv1d(self, call, m, scope):
+        return self._conv1d(call, scope)
 
+    def conv1d_transpose(self, call, m, scope):
+        """A depthwise conv1d_transpose (groups == channels, NCW/IOW)."""
         x, w = call.args
         at = call.attrs
         sx, sw, out = _static_shape(x), _static_shape(w), _static_shape(call)
-        if (sx is None or sw is None or out is None or len(sx) != 3 or bias is not None
+        if (sx is None or sw is None or out is None or len(sx) != 3
                 or at.data_layout != "NCW" or at.kernel_layout != "IOW"
                 or at.out_layout != "NCW" or str(at.out_dtype) not in ("", "None", "void", "float32")):
             return None
@@ -368,114 +593,74 @@ class _Rewriter:
         if int(at.groups) != C or sw[0] != C or sw[1] != 1 or out[1] != C:
             return None
         pad = [int(p) for p in at.padding] or [0]
-        cfg = relax.ShapeExpr([ABI_VERSION, int(at.strides[0]), pad[0], int(at.dilation[0]), 0,
-                               self.nth])
-        self._count("conv1d_transpose_dw")
-        return relax.call_dps_packed(CONV1D_TRANSPOSE_DW_FUNC, [cfg, x, w],
-                                     relax.TensorType(out, "float32"))
+        cfg = Conv1dTransposeDwConfig(stride=int(at.strides[0]), pad_l=pad[0],
+                                      dilation=int(at.dilation[0]), num_threads=self.nth)
+        return extern_call(cfg, [x, w], out)
 
-    def lstm_threads(self, call):
-        """The LSTM's engine call with ``num_threads`` compiled into its config."""
+    # -- a bias add after a product ---------------------------------------------------------
+    def _bias_of(self, add, scope):
+        """(product call, bias) when ``add`` adds a per-channel bias to a matmul or
+        conv1d used nowhere else, else None."""
+        out = _static_shape(add)
+        for prod, other in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
+            value = scope.call(prod)
+            name = _op_name(value)
+            if name not in ("relax.matmul", "relax.nn.conv1d") or scope.uses.get(prod, 0) != 1:
+                continue
+            sp, so = _static_shape(prod), _static_shape(other)
+            if sp is None or so is None or out != sp:
+                continue
+            if name == "relax.matmul":
+                n = sp[-1]
+                ok = len(so) >= 1 and so[-1] == n and all(d == 1 for d in so[:-1])
+            else:
+                n = sp[1]
+                ok = so in ((1, n, 1), (n, 1))
+            if ok:
+                return value, other
+        return None
+
+    def bias(self, call, m, scope):
+        found = self._bias_of(call, scope)
+        if found is None:
+            return None
+        prod, bias = found
+        new = (self._matmul(prod, scope, bias) if _op_name(prod) == "relax.matmul"
+               else self._conv1d(prod, scope, bias))
+        if new is not None:
+            self._count("bias_fused")
+        return new
+
+    # -- GELU (tanh form) after a matmul ----------------------------------------------------
+    _GELU_CONSTS = {"c_half": 0.5, "c_one": 1.0, "c_sqrt": 0.7978845608, "c_cubic": 0.044715}
+
+    def gelu(self, call, m, scope):
+        """The matmul (+ bias) that x is, or a reshape of, with its GELU epilogue
+        (ACT_GELU_TANH), when x and every step of the GELU have no other use."""
         from tvm import relax
 
-        from . import _native
-
-        f, tup = call.args[0], call.args[1]
-        if (not isinstance(f, relax.ExternFunc) or f.global_symbol != _native.FUNC_NAME
-                or not isinstance(tup, relax.Tuple) or not tup.fields
-                or not isinstance(tup.fields[0], relax.ShapeExpr)):
+        for k, c in self._GELU_CONSTS.items():
+            v = _const_scalar(m[k])
+            if v is None or abs(v - c) > 1e-6 * c:
+                return None
+        if _const_scalar(m["c_three"]) != 3.0:
             return None
-        vals = [int(x) for x in tup.fields[0].values]
-        k = _native.Config._fields.index("num_threads")
-        if len(vals) != len(_native.Config._fields) or vals[k] == self.nth:
+        if not all(scope.used_once(m[k]) for k in ("half", "plus1", "tanh", "arg", "inner",
+                                                    "cube", "pow")):
             return None
-        vals[k] = self.nth
-        self._count("lstm_threads")
-        return relax.Call(call.op, [f, relax.Tuple([relax.ShapeExpr(vals)] + list(tup.fields[1:]))],
-                          call.attrs, call.ty_args)
-
-    def softmax(self, call, bindings, bias=None):
-        from tvm import relax
-
-        (x,) = call.args
-        sx, out = _static_shape(x), _static_shape(call)
-        if sx is None or out is None or not sx or bias is not None:
+        x = m["pow"].args[0]
+        if scope.uses.get(x, 0) != 3 or _static_shape(x) is None:
             return None
-        if int(call.attrs.axis) not in (-1, len(sx) - 1):
-            return None
-        cfg = relax.ShapeExpr([ABI_VERSION, self.nth])
-        self._count("softmax")
-        return relax.call_dps_packed(SOFTMAX_FUNC, [cfg, x], relax.TensorType(out, "float32"))
-
-
-    # -- GELU (tanh form) after a matmul -------------------------------------------
-    def gelu(self, var, call, bindings, uses):
-        """A plan for ``var = (x * 0.5) * (tanh((x + x**3 * 0.044715) * 0.7978846) + 1)``
-        (ALBERT's gelu_new as exported) where x is a rewritable matmul (+ bias) used
-        only there: the matmul extern with its GELU epilogue (act 1), bound to var at
-        x's place. Returns ([(var, call)], x's var, the chain's vars), else None."""
-        from tvm import relax
-
-        def op(x, name):
-            v = bindings.get(x) if isinstance(x, relax.Var) else None
-            return v if _op_name(v) == name and uses.get(x, 0) == 1 else None
-
-        def by_const(v, c):
-            """The non-constant operand of multiply/add v whose other one is ~c."""
-            for a, b in ((v.args[0], v.args[1]), (v.args[1], v.args[0])):
-                k = _const_scalar(b)
-                if k is not None and abs(k - c) <= 1e-6 * abs(c):
-                    return a
-            return None
-
-        if _op_name(call) != "relax.multiply":
-            return None
-        chain = []  # the GELU's intermediate vars (dropped)
-        half = e = None
-        for a, b in ((call.args[0], call.args[1]), (call.args[1], call.args[0])):
-            av, ev = op(a, "relax.multiply"), op(b, "relax.add")
-            if av is not None and ev is not None:
-                half, e = av, ev
-                chain += [a, b]
-                break
-        if half is None:
-            return None
-        x = by_const(half, 0.5)
-        t = by_const(e, 1.0)
-        tv = op(t, "relax.tanh") if t is not None else None
-        if x is None or tv is None:
-            return None
-        dv = op(tv.args[0], "relax.multiply")
-        c = by_const(dv, 0.7978845608) if dv is not None else None
-        cv = op(c, "relax.add") if c is not None else None
-        if cv is None:
-            return None
-        chain += [t, tv.args[0], c]
-        for a, b in ((cv.args[0], cv.args[1]), (cv.args[1], cv.args[0])):
-            if a.same_as(x):
-                bv = op(b, "relax.multiply")
-                chain.append(b)
-                break
-        else:
-            return None
-        p = by_const(bv, 0.044715) if bv is not None else None
-        pv = op(p, "relax.power") if p is not None else None
-        if pv is None or not pv.args[0].same_as(x) or _const_scalar(pv.args[1]) != 3.0:
-            return None
-        chain.append(p)
-        if uses.get(x, 0) != 3 or _static_shape(x) is None:
-            return None
-        if _static_shape(var) != _static_shape(x):
+        if _static_shape(call) != _static_shape(x):
             return None
         y = x  # the product, or what x is a reshape of (a linear's [L, N] as [1, L, N])
-        xv = bindings.get(x)
-        if (_op_name(xv) == "relax.reshape" and isinstance(xv.args[0], relax.Var)
-                and uses.get(xv.args[0], 0) == 1):
+        xv = scope.call(x, "relax.reshape")
+        if xv is not None and isinstance(xv.args[0], relax.Var) and scope.uses.get(xv.args[0], 0) == 1:
             y = xv.args[0]
-        yv = bindings.get(y)
+        yv = scope.call(y)
         bias = None
         if _op_name(yv) == "relax.add":
-            found = self._bias_for(yv, bindings, uses)
+            found = self._bias_of(yv, scope)
             if found is None or _op_name(found[0]) != "relax.matmul":
                 return None
             mm, bias = found
@@ -483,71 +668,35 @@ class _Rewriter:
             mm = yv
         else:
             return None
-        new = self.matmul(mm, bindings, bias, act=1)
+        new = self._matmul(mm, scope, bias, act=ACT_GELU_TANH)
         if new is None:
             return None
-        self._count("gelu_fused")  # (its bias add is counted when the loop meets it)
-        if y is not x:
-            tmp = relax.Var("gelu", relax.TensorType(_static_shape(y), "float32"))
-            return [(tmp, new), (var, relax.op.reshape(tmp, _static_shape(x)))], x, set(chain)
-        return [(var, new)], x, set(chain)
+        self._count("gelu_fused")
+        if bias is not None:
+            self._count("bias_fused")
+        return new if y is x else relax.op.reshape(new, _static_shape(x))
 
-    # -- attention ----------------------------------------------------------------
-    def _peel(self, x, bindings):
-        """x through reshapes and same-size broadcast_to (row-major views of it)."""
-        import math
+    # -- softmax ----------------------------------------------------------------------------
+    def softmax(self, call, m, scope):
+        (x,) = call.args
+        sx, out = _static_shape(x), _static_shape(call)
+        if sx is None or out is None or not sx or int(call.attrs.axis) not in (-1, len(sx) - 1):
+            return None
+        return extern_call(SoftmaxConfig(num_threads=self.nth), [x], out)
 
-        while True:
-            v = bindings.get(x)
-            name = _op_name(v)
-            if name not in ("relax.reshape", "relax.broadcast_to"):
-                return x
-            src = v.args[0]
-            a, b = _static_shape(src), _static_shape(x)
-            if a is None or b is None or math.prod(a) != math.prod(b):
-                return x
-            x = src
-
-    def _bhsd(self, x, bindings):
+    # -- attention --------------------------------------------------------------------------
+    def _bhsd(self, x, scope):
         """(tensor, layout) for a [B, H, rows, D] operand: the [B, rows, H, D]
         tensor it is permute_dims([0, 2, 1, 3]) of (layout 1), else itself (0)."""
-        v = bindings.get(x)
-        if _op_name(v) == "relax.permute_dims" and v.attrs.axes is not None:
+        v = scope.call(x, "relax.permute_dims")
+        if v is not None and v.attrs.axes is not None:
             if [int(a) for a in v.attrs.axes] == [0, 2, 1, 3] and _static_shape(v.args[0]):
                 return v.args[0], 1
         return x, 0
 
-    def _masked_row_fix(self, pw, bindings):
-        """softmax input S2 and softmax var P of ``where(no score > -inf in the row,
-        0, P)`` (torch's SDPA decomposition), else None."""
-        from tvm import relax
-
-        v = bindings.get(pw)
-        if _op_name(v) != "relax.where":
-            return None
-        c, z, p = v.args
-        zv = bindings.get(z)
-        if _op_name(zv) != "relax.full_like" or _const_scalar(zv.args[1]) != 0.0:
-            return None
-        chain = ["relax.logical_not", "relax.astype", "relax.max", "relax.astype",
-                 "relax.logical_not", "relax.equal"]
-        x = c
-        for want in chain:
-            xv = bindings.get(x) if isinstance(x, relax.Var) else None
-            if _op_name(xv) != want:
-                return None
-            if want == "relax.max" and [int(a) for a in (xv.attrs.axis or [])] not in ([-1], [3]):
-                return None
-            if want == "relax.equal":
-                if _const_scalar(xv.args[1]) != float("-inf"):
-                    return None
-                return xv.args[0], p
-            x = xv.args[0]
-        return None
-
-    def attention(self, var, call, bindings, users):
-        """A plan for the SDPA decomposition ending in ``var = matmul(P, v)``:
-        (new bindings, vars to drop), else None. See the module docstring."""
+    def attention(self, call, m, scope):
+        """attention_v1 (output [B, H, L, D]) for the SDPA decomposition ending in
+        ``call = matmul(P, v)``, else None."""
         import math
 
         from tvm import relax
@@ -556,8 +705,7 @@ class _Rewriter:
         sp, sv, so = _static_shape(p3), _static_shape(v3), _static_shape(call)
         if sp is None or sv is None or so is None or len(sp) not in (3, 4):
             return None
-        v4 = self._peel(v3, bindings)
-        pw = self._peel(p3, bindings)
+        v4, pw = scope.peel(v3), scope.peel(p3)
         s_v4, s_pw = _static_shape(v4), _static_shape(pw)
         if s_v4 is None or s_pw is None or len(s_v4) != 4 or len(s_pw) != 4:
             return None
@@ -565,32 +713,19 @@ class _Rewriter:
         D = s_v4[3]
         if s_v4 != (B, H, S, D) or math.prod(so) != B * H * L * D or so[-2:] != (L, D):
             return None
-        fix = self._masked_row_fix(pw, bindings)
-        if fix is not None:
-            s2, p = fix
-        else:
-            s2, p = None, pw
-        pv = bindings.get(p)
-        if _op_name(pv) != "relax.nn.softmax" or int(pv.attrs.axis) not in (-1, 3):
+        fix = m.get("fix")
+        if fix is not None and (
+                _const_scalar(m["zero"]) != 0.0 or _const_scalar(m["ninf"]) != float("-inf")
+                or [int(a) for a in (m["max"].attrs.axis or [])] not in ([-1], [3])):
             return None
-        if s2 is not None and not pv.args[0].same_as(s2):
+        if int(m["softmax"].attrs.axis) not in (-1, 3):
             return None
-        s2 = pv.args[0]
-        mask = None
-        s4 = s2
-        av = bindings.get(s2)
-        if _op_name(av) == "relax.add":
-            for a, b in ((av.args[0], av.args[1]), (av.args[1], av.args[0])):
-                mm = bindings.get(self._peel(a, bindings))
-                if _op_name(mm) == "relax.matmul":
-                    s4, mask = a, b
-                    break
-            else:
-                return None
+        mask = (m["masked"].args[1] if "masked" in m
+                else m["masked_r"].args[0] if "masked_r" in m else None)
+        if fix is None and mask is not None:
+            return None  # a mask without torch's row fix: rows all -inf would be NaN there
         # (no mask and no row fix: only inf inputs make a row all -inf, NaN there, zeros here)
-        mm = bindings.get(self._peel(s4, bindings))
-        if _op_name(mm) != "relax.matmul":
-            return None
+        mm = m["scores"]
         # the products' own operands: [.., L, D] @ [.., D, S] and [.., L, S] @ [.., S, D], the
         # batch folding into B * H (the peeled reshapes are then row-major views)
         sq3, sk3 = _static_shape(mm.args[0]), _static_shape(mm.args[1])
@@ -598,16 +733,16 @@ class _Rewriter:
                 or sp[-2:] != (L, S) or sv[-2:] != (S, D)
                 or any(math.prod(x[:-2]) != B * H for x in (sq3, sk3, sp, sv))):
             return None
-        if fix is None and mask is not None:
-            return None  # a mask without torch's row fix: rows all -inf would be NaN there
         scale = 1.0
 
         def strip(x, want_t):
+            """x's source through views, constant scales and (want_t) one
+            permute_dims([0, 1, 3, 2]), else None."""
             nonlocal scale
             transposed = False
             while True:
-                x = self._peel(x, bindings)
-                xv = bindings.get(x)
+                x = scope.peel(x)
+                xv = scope.call(x)
                 name = _op_name(xv)
                 if name == "relax.multiply":
                     c = _const_scalar(xv.args[1])
@@ -624,8 +759,7 @@ class _Rewriter:
                     break
             return x if transposed == want_t else None
 
-        q4 = strip(mm.args[0], False)
-        k4 = strip(mm.args[1], True)
+        q4, k4 = strip(mm.args[0], False), strip(mm.args[1], True)
         if q4 is None or k4 is None:
             return None
         if _static_shape(q4) != (B, H, L, D) or _static_shape(k4) != (B, H, S, D):
@@ -637,212 +771,100 @@ class _Rewriter:
             lead = (B, H)[4 - len(sm):] if len(sm) > 2 else ()
             if any(d not in (1, f) for d, f in zip(sm[:-2], lead)):
                 return None
-        (q, lq), (k, lk), (v, lv) = (self._bhsd(x, bindings) for x in (q4, k4, v4))
-        # the output: [B, H, L, D] through reshapes, or [B, L, H, D] when the result only
-        # feeds a chain of permutes that composes to [0, 2, 1, 3] (then bound to its end)
-        drop, out_var, lo = set(), None, 0
-        x, perm = var, None
-        while len(users.get(x, ())) == 1:
-            u = users[x][0]
-            uv = bindings.get(u)
-            name = _op_name(uv)
-            su = _static_shape(u)
-            if name == "relax.reshape" and perm is None and su == (B, H, L, D):
-                pass
-            elif name == "relax.permute_dims" and len(su or ()) == 4 and uv.attrs.axes is not None:
-                ax = [int(a) for a in uv.attrs.axes]
-                perm = [(perm or [0, 1, 2, 3])[a] for a in ax]
-            else:
-                break
-            drop.add(x)
-            x = u
-            if perm == [0, 2, 1, 3]:
-                out_var, lo = x, 1
-                break
-        if out_var is None:
-            drop = set()
-        else:
-            drop.add(out_var)  # its binding moves up to var's place
-        cfg = relax.ShapeExpr([ABI_VERSION, lq, lk, lv, lo, int(mask is not None),
-                               _f32_bits(scale), self.nth])
-        oshape = (B, L, H, D) if lo else (B, H, L, D)
-        ext = relax.call_dps_packed(ATTENTION_FUNC, [cfg, q, k, v] + ([mask] if mask is not None else []),
-                                    relax.TensorType(oshape, "float32"))
-        self._count("attention")
-        if out_var is not None:
-            return [(out_var, ext)], drop
-        if oshape == so:
-            return [(var, ext)], drop
-        tmp = relax.Var("attn", relax.TensorType(oshape, "float32"))
-        return [(tmp, ext), (var, relax.op.reshape(tmp, so))], drop
+        (q, lq), (k, lk), (v, lv) = (self._bhsd(x, scope) for x in (q4, k4, v4))
+        cfg = AttentionConfig(q_layout=lq, k_layout=lk, v_layout=lv, o_layout=0,
+                              has_mask=int(mask is not None), scale_bits=f32_bits(scale),
+                              num_threads=self.nth)
+        ext = extern_call(cfg, [q, k, v] + ([mask] if mask is not None else []), (B, H, L, D))
+        return ext if (B, H, L, D) == so else relax.op.reshape(ext, so)
 
-    RULES = {"relax.matmul": "matmul", "relax.nn.conv1d": "conv1d",
-             "relax.nn.conv1d_transpose": "conv1d_transpose", "relax.nn.softmax": "softmax"}
+    def attention_out(self, call, m, scope):
+        """An attention call (output [B, H, L, D]) whose result only feeds reshapes
+        to [B, H, L, D] and a chain of permutes composing to [0, 2, 1, 3] (``call``
+        its end): the call writing [B, L, H, D] (o_layout 1) in its place."""
+        perms, x = [], call
+        while _op_name(x) == "relax.permute_dims":  # from the end, inwards
+            if x.attrs.axes is None or len(_static_shape(x) or ()) != 4:
+                return None
+            perms.append([int(a) for a in x.attrs.axes])
+            if x is not call and not scope.used_once(x):
+                return None
+            x = scope.call(x.args[0])
+        if _static_shape(scope.var.get(x)) is None:
+            return None
+        first = _static_shape(scope.var[x])  # what the permutes start from
+        while _op_name(x) == "relax.reshape":
+            if not scope.used_once(x):
+                return None
+            x = scope.call(x.args[0])
+        if not (x is not None and _op_name(x) == "relax.call_dps_packed"
+                and x.args[0].global_symbol == ATTENTION_FUNC and scope.used_once(x)):
+            return None
+        cfg = AttentionConfig(*[int(v) for v in x.args[1].fields[0].values])
+        B, H, L, D = _static_shape(scope.var[x])
+        if cfg.o_layout != 0 or first != (B, H, L, D):
+            return None
+        perm = [0, 1, 2, 3]
+        for ax in reversed(perms):
+            perm = [perm[a] for a in ax]
+        if perm != [0, 2, 1, 3]:
+            return None
+        return extern_call(cfg._replace(o_layout=1), list(x.args[1].fields[1:]), (B, L, H, D))
 
-    def _bias_for(self, add, bindings, uses):
-        """(product binding value, bias) when ``add`` adds a per-channel bias to a
-        rewritable product used nowhere else."""
+    def lstm_threads(self, call, m, scope):
+        """The LSTM's engine call with ``num_threads`` compiled into its config."""
         from tvm import relax
 
-        out = _static_shape(add)
-        for prod, other in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
-            if not isinstance(prod, relax.Var) or uses.get(prod, 0) != 1:
-                continue
-            value = bindings.get(prod)
-            name = _op_name(value)
-            if name not in ("relax.matmul", "relax.nn.conv1d"):
-                continue
-            sp, so = _static_shape(prod), _static_shape(other)
-            if sp is None or so is None or out != sp:
-                continue
-            if name == "relax.matmul":
-                n = sp[-1]
-                ok = len(so) >= 1 and so[-1] == n and all(d == 1 for d in so[:-1])
-            else:
-                n = sp[1]
-                ok = so in ((1, n, 1), (n, 1))
-            if ok:
-                return value, other
-        return None
+        from . import _native
 
-    def rewrite_function(self, func):
-        from tvm import relax
+        f, tup = call.args[0], call.args[1]
+        if (not isinstance(tup, relax.Tuple) or not tup.fields
+                or not isinstance(tup.fields[0], relax.ShapeExpr)):
+            return None
+        vals = [int(x) for x in tup.fields[0].values]
+        k = _native.Config._fields.index("num_threads")
+        if len(vals) != len(_native.Config._fields) or vals[k] == self.nth:
+            return None
+        vals[k] = self.nth
+        self._count("lstm_threads")
+        return relax.Call(call.op, [f, relax.Tuple([relax.ShapeExpr(vals)] + list(tup.fields[1:]))],
+                          call.attrs, call.ty_args)
 
-        body = func.body
-        if not isinstance(body, relax.SeqExpr):
-            return func
-        bindings, uses = {}, {}
-        fusable = True
-        for block in body.blocks:
-            for bd in block.bindings:
-                if isinstance(bd, relax.VarBinding):
-                    bindings[bd.var] = bd.value
-                    fusable &= _count_uses(bd.value, uses)
-                else:
-                    fusable = False
-        fusable &= _count_uses(body.body, uses)
-        # weights computed from constants (weight norm) in front of a conv on panels
-        self.folded.update(_fold_weights(func, [
-            v.args[1] for v in bindings.values()
-            if _op_name(v) == "relax.nn.conv1d" and isinstance(v.args[1], relax.Var)
-            and _conv_on_panels(_static_shape(v.args[1]), int(v.attrs.strides[0]),
-                                int(v.attrs.dilation[0]))]))
-        # attention plans (a pre-pass: each replaces bindings further down its block)
-        plans, drop = {}, set()
-        for block in body.blocks:
-            users = {}
-            for bd in block.bindings:
-                if isinstance(bd, relax.VarBinding):
-                    for v in _call_vars(bd.value):
-                        users.setdefault(v, []).append(bd.var)
-            for v in _call_vars(body.body):
-                users.setdefault(v, []).append(None)
-            for bd in block.bindings:
-                if isinstance(bd, relax.VarBinding) and _op_name(bd.value) == "relax.matmul":
-                    plan = self.attention(bd.var, bd.value, bindings, users)
-                    if plan is not None:
-                        plans[bd.var] = plan[0]
-                        drop |= plan[1]
-                elif (isinstance(bd, relax.VarBinding) and fusable
-                      and _op_name(bd.value) == "relax.multiply"):
-                    plan = self.gelu(bd.var, bd.value, bindings, uses)
-                    if plan is not None:  # emitted at x's place; var's own binding goes
-                        plans[plan[1]] = plan[0]
-                        drop |= plan[2] | {bd.var}
-        changed = bool(plans)
-        blocks = []
-        bb = relax.BlockBuilder()
-        for block in body.blocks:
-            new_bindings = []
-            for bd in block.bindings:
-                if bd.var in plans:
-                    for pv, val in plans[bd.var]:
-                        new_bindings.append(relax.VarBinding(pv, bb.normalize(val)))
-                    continue
-                if bd.var in drop:
-                    continue
-                new = None
-                if isinstance(bd, relax.VarBinding):
-                    v = bd.value
-                    name = _op_name(v)
-                    if name == "relax.add" and fusable:
-                        found = self._bias_for(v, bindings, uses)
-                        if found is not None:
-                            prod, bias = found
-                            new = getattr(self, self.RULES[_op_name(prod)])(prod, bindings, bias)
-                            if new is not None:
-                                self._count("bias_fused")
-                    elif name in self.RULES:
-                        new = getattr(self, self.RULES[name])(v, bindings)
-                    elif name == "relax.call_dps_packed" and self.nth:
-                        new = self.lstm_threads(v)
-                if new is not None:
-                    new = bb.normalize(new)
-                    new_bindings.append(relax.VarBinding(bd.var, new))
-                    changed = True
-                else:
-                    new_bindings.append(bd)
-            blocks.append(relax.DataflowBlock(new_bindings) if isinstance(block, relax.DataflowBlock)
-                          else relax.BindingBlock(new_bindings))
-        if not changed:
-            return func
-        new_body = relax.SeqExpr(blocks, body.body)
-        return relax.Function(func.params, new_body, func.ret_ty, func.is_pure,
-                              func.attrs, func.span)
+
+#: (pattern, check) in the order applied: the fusions before the plain products they
+#: take in.
+_RULES = ((_sdpa_pattern, "attention"), (_sdpa_out_pattern, "attention_out"),
+          (_gelu_pattern, "gelu"), (_bias_pattern, "bias"),
+          (_single("relax.matmul"), "matmul"), (_single("relax.nn.conv1d"), "conv1d"),
+          (_single("relax.nn.conv1d_transpose"), "conv1d_transpose"),
+          (_single("relax.nn.softmax", 1), "softmax"), (_lstm_pattern, "lstm_threads"))
 
 
 def rewrite_dense(mod, num_threads=0):
-    """``mod`` with its static float32 matmul / conv1d / depthwise conv1d_transpose
-    calls replaced by the engine's externs (see the module docstring), followed by
-    dead-code elimination; returns (new module, {kind: count}). ``num_threads``
-    (0: the process default at run time, KOKORO_LSTM_NUM_THREADS or the usable
-    cores) is compiled into every extern call and into the engine's LSTM calls."""
+    """``mod`` with its static float32 dense ops replaced by the engine's externs (see
+    the module docstring), followed by dead-code elimination; returns (new module,
+    {kind: count}). ``num_threads`` (0: the process default at run time,
+    KOKORO_LSTM_NUM_THREADS or the usable cores) is compiled into every extern call
+    and into the engine's LSTM calls."""
     import tvm
     from tvm import relax
 
     rw = _Rewriter(num_threads)
-    funcs = {}
-    for gv, func in mod.functions.items():
-        funcs[gv] = rw.rewrite_function(func) if isinstance(func, relax.Function) else func
+    funcs = {gv: rw.rewrite_function(f) if isinstance(f, relax.Function) else f
+             for gv, f in mod.functions.items()}
     out = tvm.IRModule(funcs, attrs=mod.attrs)
-    if not rw.counts:
+    if not rw.counts and not dense_calls(out):
         return out, {}
     out = relax.transform.DeadCodeElimination()(out)
-    # what is left after dead-code elimination (a product whose bias add took it
-    # over was rewritten too, then dropped)
-    text = out.script(show_meta=False)
-    calls = count_dense_calls(text)
-    counts = {k: calls[f] for k, f in (("matmul", MATMUL_FUNC), ("conv1d", CONV1D_FUNC),
-                                        ("conv1d_transpose_dw", CONV1D_TRANSPOSE_DW_FUNC),
-                                        ("softmax", SOFTMAX_FUNC), ("attention", ATTENTION_FUNC))
-              if f in calls}
-    for key, func, ncfg in (("matmul_panels", MATMUL_FUNC, 6), ("conv1d_panels", CONV1D_FUNC, 8)):
-        panels = _count_panel_calls(text, func, ncfg)
-        if panels:
-            counts[key] = panels
-    for k in ("bias_fused", "gelu_fused", "panels_packed", "lstm_threads"):
-        if rw.counts.get(k):
-            counts[k] = rw.counts[k]
+    counts = {}
+    for name, cfg in dense_calls(out):
+        key = name[len("kokoro_lstm."):-len("_v1")]
+        counts[key] = counts.get(key, 0) + 1
+        if getattr(cfg, "b_panels", 0) or getattr(cfg, "w_panels", 0):
+            counts[key + "_panels"] = counts.get(key + "_panels", 0) + 1
+    counts.update((k, n) for k, n in rw.counts.items() if n)
     if counts:  # the externs are the engine's: carry it (plain export_library links it)
         from . import _maybe_attach
 
         out = _maybe_attach(out)
     return out, counts
-
-
-def _count_panel_calls(text, func, ncfg):
-    """The calls of extern ``func`` in a module's text that read their weight
-    packed in panels (a config of ``ncfg`` values, the last one 1)."""
-    import re
-
-    return len(re.findall(re.escape(func) + r'", \(R\.shape\(\[(?:-?\d+, ){%d}1\]\)' % (ncfg - 1),
-                          text))
-
-
-def count_dense_calls(mod_or_text) -> dict:
-    """{extern name: number of calls} in a module (or its printed text)."""
-    import re
-
-    text = mod_or_text if isinstance(mod_or_text, str) else mod_or_text.script(show_meta=False)
-    counts = {f: len(re.findall(re.escape(f) + r"\b", text)) for f in DENSE_FUNCS}
-    return {f: n for f, n in counts.items() if n}

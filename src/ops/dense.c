@@ -11,31 +11,22 @@
 #include "internal.h"
 #include "scratch.h"
 
-/* Tiles of C, one per task, chosen from the shape alone (never from the thread
- * count): results never depend on num_threads. Each tile is one single-threaded
- * OpenBLAS sgemm, which packs its B panel (and A block) per call, so small tiles
- * pay that packing again and again: on this project's 2-core AVX-512 Xeon,
- * bert's 512x768x768 product ran at 116-129 GF/s in 128x256 tiles against
- * 139-166 GF/s in 512x384 tiles or one call (PyTorch's oneDNN: 154-180), and
- * 512x768x2048 at 110 vs 155-165. So tiles are up to KL_DENSE_MT_MAX x
- * KL_DENSE_NT_MAX, the dimension split evenly; a matrix cut into an odd number
- * of tiles (fewer than KL_DENSE_EVEN_BELOW) gets one more column split, so that
- * 2 or 4 threads get equal shares. */
+/* Tiles of C, one per task, chosen from the shape; results never depend on
+ * num_threads. Each tile is one single-threaded OpenBLAS sgemm, which packs its
+ * operands per call, so tiles are large: up to KL_DENSE_MT_MAX x KL_DENSE_NT_MAX,
+ * the dimension split evenly; an odd number of tiles (fewer than
+ * KL_DENSE_EVEN_BELOW) gets one more column split, so that 2 or 4 threads get
+ * equal shares. */
 #define KL_DENSE_MT_MAX 512
 #define KL_DENSE_NT_MAX 512
 #define KL_DENSE_EVEN_BELOW 8
 #define KL_DENSE_ALIGN 16
-/* With more threads than those tiles (bert's 512x768 products are 2 tiles, so
- * 16 threads ran them on 2: the compiled bert at 512 tokens took 364 ms on 16
- * threads of the 16-core Xeon, 375 on 2), tiles are split further, rows first
- * (256x768 tiles ran ~3% faster than 512x384), down to KL_DENSE_MT_MIN rows and
- * KL_DENSE_NT_MIN columns while a tile keeps KL_DENSE_TILE_MIN_MACS
- * multiply-adds. The results stay those of the unsplit tiles bit for bit:
- * OpenBLAS sums each element of C over K in the same order whatever the M/N
- * extent of the call, except in its small-matrix kernels (<= 100^3 products on
- * AVX-512), which tiles of this size never reach. Measured on both OpenBLAS
- * builds (bert's shapes in 32x64 ... 256x384 tiles vs one call: equal; 16x16
- * tiles: most elements differ); the C test and test_dense check it. */
+/* With more threads than those tiles, tiles are split further, rows first, down
+ * to KL_DENSE_MT_MIN rows and KL_DENSE_NT_MIN columns while a tile keeps
+ * KL_DENSE_TILE_MIN_MACS multiply-adds. The results stay those of the unsplit
+ * tiles bit for bit: OpenBLAS sums each element of C over K in the same order
+ * whatever the M/N extent of the call, except in its small-matrix kernels, which
+ * tiles of this size never reach (the C test and test_dense check it). */
 #define KL_DENSE_MT_MIN 64
 #define KL_DENSE_NT_MIN 128
 #define KL_DENSE_TILE_MIN_MACS (1 << 21)
@@ -95,8 +86,7 @@ static void mm_tiles(mm_job* j, int nth) {
 
 /* GELU (tanh form) in place on m rows of n floats: the f32-vgelu kernels, in the
  * order of PyTorch's gelu_new as exported: (0.5 x) (1 + tanh(c2 (x + c1 x^3))).
- * Fused here because TVM's separate elementwise pass re-read [512, 2048] from
- * memory per bert layer (~20 ms of bert's ~800 at 512 tokens, 1 thread). */
+ * Applied while the tile is in cache, instead of a separate pass over C. */
 static void gelu_rows(kl_f32_vunary_fn gelu, float* c, int64_t m, int64_t n, int64_t ldc) {
   for (int64_t i = 0; i < m; i++) gelu((size_t)n, c + i * ldc, c + i * ldc);
 }
@@ -145,18 +135,14 @@ static kl_status run_pool(int nth, kl_task_fn fn, void* ctx) {
 
 /* ---- B packed in panels: the f32-pgemm kernel list (src/core/pgemm.c) --------
  * Constant weights (a linear's W) are packed once, at compile time by the TVM
- * lowering, so no call packs B; OpenBLAS packs its B panel on every call, which
- * at few rows costs a large share: this project's 2-core AVX-512 Xeon, 1 thread,
- * medians of 60, 64 x 768 x 768 ran at 145-185 GF/s packed vs 105-125 OpenBLAS,
- * 64 x 2048 x 768 and 64 x 768 x 2048 1.3-1.4x; at 512 rows the two are level.
- * Each task: a block of at most KL_PGEMM_MC rows times a run of panels
- * (kl_pgemm_panels); results do not depend on the tasks or the thread count. */
+ * lowering, so no call packs B (OpenBLAS packs it on every call, a large share
+ * of the work at few rows). Each task: a block of at most KL_PGEMM_MC rows times
+ * a run of panels (kl_pgemm_panels); results do not depend on the tasks or the
+ * thread count. */
 #define KL_PGEMM_MC 240
 /* A's rows a multiple of this many floats apart (4 KiB: L1's way size) fall in
- * one L1 set: the 14 rows of a tile, each read a float per k, then contend for 12
- * ways (bert's FFN down, K = 2048). Such an A is copied per task, rows K + 16
- * apart: 512 x 2048 x 768, 1 thread, 0.78x the time on the 2-vCPU Xeon VM, 0.94x
- * on the lent 16-core Xeon (benchmarks/RESULTS.md). */
+ * one L1 set, and the 14 rows of a tile, each read a float per k, then contend
+ * for its 12 ways. Such an A is copied per task, rows K + 16 apart. */
 #define KL_PGEMM_ALIAS 1024
 
 _Static_assert(KL_DENSE_PANEL == KL_PGEMM_NR, "dense.h's panel width is the kernels'");
@@ -249,9 +235,8 @@ static int64_t pk_makespan(int64_t batch, int64_t M, int64_t mb, int64_t np, int
 
 /* Tasks: row blocks of at most KL_PGEMM_MC, each split into runs of panels so
  * that there are at least 2 tasks per thread; of the splits up to 4 times finer,
- * the one whose tasks end first on nth threads (5 row blocks, 1024 rows, on 2
- * threads are 5 tasks that end at 3/5 of the work, not 1/2: two runs of panels
- * each make 10 that do). Results do not depend on the split. */
+ * the one whose tasks end first on nth threads (pk_makespan). Results do not
+ * depend on the split. */
 static kl_status pgemm(const kl_matmul_args* a, int nth) {
   pk_job j;
   j.a = a;
@@ -527,19 +512,11 @@ kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int 
 }
 
 /* ---- fused attention ----------------------------------------------------------
- * Measured on bert at 512 tokens (2-core AVX-512 Xeon, 1 thread): the exported
- * SDPA decomposition ran as QK^T GEMM -> scale/mask add -> softmax -> "fully
- * masked row" fix -> PV GEMM with four [12, 512, 512] tensors written and read
- * back, and head transposes around it: ~90 ms of TVM kernels and softmax per
- * forward besides the GEMMs (~180 ms in all). Here each task takes one (batch,
- * head, block of rows): S = Q_blk K^T in a per-thread scratch that stays in L2,
- * then mask + softmax row by row, then O_blk = P V written straight into o's
- * layout. Both products run on the f32-pgemm kernels with scale K^T and V packed
- * in 32-column panels, every head's first (its own pass over the pool), instead
- * of OpenBLAS sgemm, which packed them again for every block of rows and ran these
- * small products (K = 64, N = 64) slowly. bert at 512 tokens, 1 thread, this
- * project's 2-core Xeon VM, both builds in one process, calls alternated: an
- * attention call 10.1 -> 8.5 ms (12 per forward), the forward 0.96-0.97x. */
+ * Each task takes one (batch, head, block of rows): S = Q_blk K^T in a per-thread
+ * scratch that stays in L2, then mask + softmax row by row, then O_blk = P V
+ * written straight into o's layout; no [L, S] tensor goes to memory. Both
+ * products run on the f32-pgemm kernels with scale K^T and V packed in 32-column
+ * panels, every head's first (its own pass over the pool). */
 #define KL_ATTN_ROWS 128
 #define KL_ATTN_PAD 16 /* scores rows S + 16 floats apart: rows 2^k floats apart share L1 sets */
 

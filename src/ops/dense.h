@@ -33,7 +33,7 @@ typedef struct kl_matmul_args {
   /* 1: B[b] is packed in panels (trans_b and ldb unused): [ceil(N / 32)][K][32]
    * compact floats, panel p holding columns 32p.. of op(B) row k at [p][k][:],
    * zeros past N (internal.h, KL_PGEMM_NR). Runs the f32-pgemm kernel list instead of
-   * OpenBLAS: no packing per call, which pays at few rows (see dense.c). */
+   * OpenBLAS: no packing per call. */
   int b_panels;
   /* 1 (b_panels only): C[b] is stored transposed, N x M rows of stride ldc
    * (C^T = (A @ op(B))^T: a convolution's NCW output from time-major rows). */

@@ -1,33 +1,29 @@
 /* tvm-ffi glue of the dense operators (src/ops/dense.h): argument checks and
- * DLTensor unpacking; destination-passing like kokoro_lstm.lstm_forward_v2.
+ * DLTensor unpacking; destination-passing like kokoro_lstm.lstm_forward_v2. Each
+ * extern's first argument is its config shape, read by kl_tvm_dense.h's KL_*_CFG_*
+ * indices; num_threads 0 there is the process default (kl_get_num_threads).
  *
- * kokoro_lstm.matmul_v1(cfg: Shape(abi, trans_b, has_bias, num_threads[, act[, b_panels]]),
- *                       A [..., M, K], B [..., K, N] | [..., N, K], [bias [N]], C [..., M, N])
- *   act (absent: 0): 0 none, 1 GELU tanh form on the result (KL_ACT_GELU_TANH).
- *   b_panels (absent: 0): 1: B is op(B) packed in 32-column panels, a compact
- *   [ceil(N / 32), K, 32] tensor shared by every batch (see kl_matmul_args; trans_b
- *   ignored), as the TVM lowering packs constant weights.
+ * kokoro_lstm.matmul_v1(cfg, A [..., M, K], B [..., K, N] | [..., N, K], [bias [N]], C [..., M, N])
+ *   act: 0 none, 1 GELU tanh form on the result (KL_ACT_GELU_TANH).
+ *   b_panels 1: B is op(B) packed in 32-column panels, a compact [ceil(N / 32), K, 32]
+ *   tensor shared by every batch (see kl_matmul_args; trans_b ignored).
  *   numpy batch broadcasting where each operand's batch is C's or all ones; every
  *   matrix needs unit stride along its rows and batch dims that fold into one stride;
  *   rows may overlap (row stride < K) only in A with b_panels.
  *   bias: N values along its last dimension (any leading ones, any stride).
- * kokoro_lstm.conv1d_v1(cfg: Shape(abi, stride, pad_l, pad_r, dilation, has_bias, num_threads
- *                       [, w_panels]), x [N, Cin, W], w [Cout, Cin, K], [bias [Cout]], y [N, Cout, Wout])
- *   w_panels (absent: 0): 1: w packed in panels over (tap, channel), a compact
+ * kokoro_lstm.conv1d_v1(cfg, x [N, Cin, W], w [Cout, Cin, K], [bias [Cout]], y [N, Cout, Wout])
+ *   w_panels 1: w packed in panels over (tap, channel), a compact
  *   [ceil(Cout / 32), K * Cin, 32] tensor (see kl_conv1d_args); stride and dilation 1.
- * kokoro_lstm.conv1d_transpose_dw_v1(cfg: Shape(abi, stride, pad_l, dilation, has_bias,
- *                       num_threads), x [N, C, W], w [C, 1, K], [bias [C]], y [N, C, Wout])
- * kokoro_lstm.softmax_v1(cfg: Shape(abi, num_threads), x [..., n], y [..., n])
+ * kokoro_lstm.conv1d_transpose_dw_v1(cfg, x [N, C, W], w [C, 1, K], [bias [C]], y [N, C, Wout])
+ * kokoro_lstm.softmax_v1(cfg, x [..., n], y [..., n])
  *   softmax over the last axis; compact tensors.
- * kokoro_lstm.attention_v1(cfg: Shape(abi, q_layout, k_layout, v_layout, o_layout, has_mask,
- *                       scale (float32 bits), num_threads), q, k, v, [mask], o)
+ * kokoro_lstm.attention_v1(cfg, q, k, v, [mask], o)
  *   softmax(scale * q k^T + mask) v per (batch, head), a fully masked row giving zeros
- *   (see kl_f32_attention). Each of q, k, v, o is 4-D with layout 0: [B, H, rows, D]
- *   or 1: [B, rows, H, D] (a linear's output before its head transpose), unit stride
- *   along D; mask: float32 [.., L, S] broadcast to [B, H, L, S] (2 to 4 dims, each
- *   leading one 1 or full), unit stride along S.
- *   conv tensors compact; a conv bias is any compact tensor of Cout (C) values.
- *   num_threads 0: the process default (kl_get_num_threads). */
+ *   (see kl_f32_attention); scale is given as its float32 bits. Each of q, k, v, o is
+ *   4-D with layout 0: [B, H, rows, D] or 1: [B, rows, H, D] (a linear's output before
+ *   its head transpose), unit stride along D; mask: float32 [.., L, S] broadcast to
+ *   [B, H, L, S] (2 to 4 dims, each leading one 1 or full), unit stride along S.
+ *   conv tensors compact; a conv bias is any compact tensor of Cout (C) values. */
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
@@ -207,10 +203,11 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
   int ncfg; /* act and b_panels are optional */
-  if (check_cfg_n(fn, args, nargs, 4, 6, &cfg, &ncfg)) return -1;
-  const int has_bias = cfg[2] != 0;
-  const int64_t act = ncfg >= 5 ? cfg[4] : 0, panels = ncfg >= 6 ? cfg[5] : 0;
-  const int trans_b = !panels && cfg[1] != 0;
+  if (check_cfg_n(fn, args, nargs, KL_MATMUL_CFG_NMIN, KL_MATMUL_CFG_N, &cfg, &ncfg)) return -1;
+  const int has_bias = cfg[KL_MATMUL_CFG_HAS_BIAS] != 0;
+  const int64_t act = ncfg > KL_MATMUL_CFG_ACT ? cfg[KL_MATMUL_CFG_ACT] : 0;
+  const int64_t panels = ncfg > KL_MATMUL_CFG_B_PANELS ? cfg[KL_MATMUL_CFG_B_PANELS] : 0;
+  const int trans_b = !panels && cfg[KL_MATMUL_CFG_TRANS_B] != 0;
   if (act != KL_ACT_NONE && act != KL_ACT_GELU_TANH)
     return errf("ValueError", fn, "unknown activation in the config");
   if (panels != 0 && panels != 1) return errf("ValueError", fn, "unknown B layout in the config");
@@ -280,7 +277,7 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
     m.sbias = bias.strides[bias.ndim - 1];
   }
   m.act = (int)act;
-  if (cfg_threads(fn, cfg[3], &m.num_threads)) return -1;
+  if (cfg_threads(fn, cfg[KL_MATMUL_CFG_NUM_THREADS], &m.num_threads)) return -1;
   const kl_status s = kl_f32_matmul(&m);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
@@ -306,9 +303,9 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
   int ncfg; /* w_panels is optional */
-  if (check_cfg_n(fn, args, nargs, 7, 8, &cfg, &ncfg)) return -1;
-  const int has_bias = cfg[5] != 0;
-  const int64_t panels = ncfg == 8 ? cfg[7] : 0;
+  if (check_cfg_n(fn, args, nargs, KL_CONV1D_CFG_NMIN, KL_CONV1D_CFG_N, &cfg, &ncfg)) return -1;
+  const int has_bias = cfg[KL_CONV1D_CFG_HAS_BIAS] != 0;
+  const int64_t panels = ncfg > KL_CONV1D_CFG_W_PANELS ? cfg[KL_CONV1D_CFG_W_PANELS] : 0;
   if (panels != 0 && panels != 1) return errf("ValueError", fn, "unknown w layout in the config");
   if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
   view x, w, bias, y;
@@ -321,10 +318,10 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   c.cout = panels ? y.shape[1] : w.shape[0];
   c.ksize = panels ? w.shape[1] / (c.cin > 0 ? c.cin : 1) : w.shape[2];
   c.wout = y.shape[2];
-  c.stride = cfg[1];
-  c.pad_l = cfg[2];
-  c.dilation = cfg[4];
-  const int64_t pad_r = cfg[3];
+  c.stride = cfg[KL_CONV1D_CFG_STRIDE];
+  c.pad_l = cfg[KL_CONV1D_CFG_PAD_L];
+  c.dilation = cfg[KL_CONV1D_CFG_DILATION];
+  const int64_t pad_r = cfg[KL_CONV1D_CFG_PAD_R];
   if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0 || pad_r < 0)
     return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
   if (panels && (c.stride != 1 || c.dilation != 1))
@@ -356,7 +353,7 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   c.w_panels = (int)panels;
   c.bias = has_bias ? bias.data : NULL;
   c.y = y.data;
-  if (cfg_threads(fn, cfg[6], &c.num_threads)) return -1;
+  if (cfg_threads(fn, cfg[KL_CONV1D_CFG_NUM_THREADS], &c.num_threads)) return -1;
   const kl_status s = kl_f32_conv1d(&c);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
@@ -367,8 +364,8 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
   static const char* fn = KL_TVM_CONV1D_TRANSPOSE_DW_NAME;
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, 6, &cfg)) return -1;
-  const int has_bias = cfg[4] != 0;
+  if (check_cfg(fn, args, nargs, KL_CONV1D_TRANSPOSE_DW_CFG_N, &cfg)) return -1;
+  const int has_bias = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_HAS_BIAS] != 0;
   if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
   view x, w, bias, y;
   if (conv_common(fn, args, has_bias, &x, &w, &bias, &y)) return -1;
@@ -379,9 +376,9 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
   c.win = x.shape[2];
   c.ksize = w.shape[2];
   c.wout = y.shape[2];
-  c.stride = cfg[1];
-  c.pad_l = cfg[2];
-  c.dilation = cfg[3];
+  c.stride = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_STRIDE];
+  c.pad_l = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_PAD_L];
+  c.dilation = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_DILATION];
   if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0)
     return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
   if (w.shape[0] != c.ch || w.shape[1] != 1 || y.shape[1] != c.ch ||
@@ -391,7 +388,7 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
   c.w = w.data;
   c.bias = has_bias ? bias.data : NULL;
   c.y = y.data;
-  if (cfg_threads(fn, cfg[5], &c.num_threads)) return -1;
+  if (cfg_threads(fn, cfg[KL_CONV1D_TRANSPOSE_DW_CFG_NUM_THREADS], &c.num_threads)) return -1;
   const kl_status s = kl_f32_conv1d_transpose_dw(&c);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
@@ -401,7 +398,7 @@ int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* 
   static const char* fn = KL_TVM_SOFTMAX_NAME;
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, 2, &cfg) || check_nargs(fn, nargs, 3)) return -1;
+  if (check_cfg(fn, args, nargs, KL_SOFTMAX_CFG_N, &cfg) || check_nargs(fn, nargs, 3)) return -1;
   view x, y;
   if (get_view(fn, &args[1], "x", &x) || get_view(fn, &args[2], "y", &y)) return -1;
   if (x.ndim != y.ndim || numel(&x) != numel(&y) || x.shape[x.ndim - 1] != y.shape[y.ndim - 1])
@@ -409,7 +406,7 @@ int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* 
   if (!is_compact(&x) || !is_compact(&y)) return errf("ValueError", fn, "tensors must be compact");
   const int64_t n = x.shape[x.ndim - 1];
   int nth = 0;
-  if (cfg_threads(fn, cfg[1], &nth)) return -1;
+  if (cfg_threads(fn, cfg[KL_SOFTMAX_CFG_NUM_THREADS], &nth)) return -1;
   const kl_status s = kl_f32_softmax(n ? numel(&x) / n : 0, n, x.data, y.data, nth);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
@@ -436,10 +433,10 @@ int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny
   char what[300];
   const int64_t* cfg;
   result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, 8, &cfg)) return -1;
-  const int has_mask = cfg[5] != 0;
+  if (check_cfg(fn, args, nargs, KL_ATTENTION_CFG_N, &cfg)) return -1;
+  const int has_mask = cfg[KL_ATTENTION_CFG_HAS_MASK] != 0;
   if (check_nargs(fn, nargs, 5 + has_mask)) return -1;
-  for (int i = 1; i <= 4; i++)
+  for (int i = KL_ATTENTION_CFG_Q_LAYOUT; i <= KL_ATTENTION_CFG_O_LAYOUT; i++)
     if (cfg[i] != 0 && cfg[i] != 1) return errf("ValueError", fn, "layouts must be 0 or 1");
   view q, k, v, mask, o;
   if (get_view(fn, &args[1], "q", &q) || get_view(fn, &args[2], "k", &k) ||
@@ -449,8 +446,10 @@ int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny
   if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || o.ndim != 4)
     return errf("ValueError", fn, "q, k, v and o must be 4-D");
   int64_t dq[4], dk[4], dv[4], dout[4], sq[3], sk[3], sv[3], so[3];
-  if (attn_view(&q, (int)cfg[1], dq, sq) || attn_view(&k, (int)cfg[2], dk, sk) ||
-      attn_view(&v, (int)cfg[3], dv, sv) || attn_view(&o, (int)cfg[4], dout, so))
+  if (attn_view(&q, (int)cfg[KL_ATTENTION_CFG_Q_LAYOUT], dq, sq) ||
+      attn_view(&k, (int)cfg[KL_ATTENTION_CFG_K_LAYOUT], dk, sk) ||
+      attn_view(&v, (int)cfg[KL_ATTENTION_CFG_V_LAYOUT], dv, sv) ||
+      attn_view(&o, (int)cfg[KL_ATTENTION_CFG_O_LAYOUT], dout, so))
     return errf("ValueError", fn, "q, k, v and o need unit stride along D and distinct rows");
   if (dk[0] != dq[0] || dv[0] != dq[0] || dout[0] != dq[0] || dk[1] != dq[1] ||
       dv[1] != dq[1] || dout[1] != dq[1] || dk[3] != dq[3] || dv[2] != dk[2] ||
@@ -490,7 +489,7 @@ int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny
     a.smh = ms[1];
     a.sml = ms[2];
   }
-  uint32_t bits = (uint32_t)cfg[6];
+  uint32_t bits = (uint32_t)cfg[KL_ATTENTION_CFG_SCALE_BITS];
   memcpy(&a.scale, &bits, sizeof(a.scale));
   a.q = q.data;
   a.sqb = sq[0];
@@ -508,7 +507,7 @@ int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny
   a.sob = so[0];
   a.soh = so[1];
   a.sol = so[2];
-  if (cfg_threads(fn, cfg[7], &a.num_threads)) return -1;
+  if (cfg_threads(fn, cfg[KL_ATTENTION_CFG_NUM_THREADS], &a.num_threads)) return -1;
   const kl_status s = kl_f32_attention(&a);
   return s == KL_OK ? 0 : status_err(fn, s);
 }

@@ -13,6 +13,34 @@
 #define KL_TVM_SOFTMAX_NAME "kokoro_lstm.softmax_v1"
 #define KL_TVM_ATTENTION_NAME "kokoro_lstm.attention_v1"
 
+/* The config layouts: index of each value in an extern's config shape. The Python
+ * schemas (kokoro_lstm.tvm._dense's *Config NamedTuples) list the same fields in the
+ * same order; tests/test_dense.py checks that they agree. Values from *_CFG_NMIN on
+ * may be absent (read as 0). */
+enum kl_tvm_matmul_cfg {
+  KL_MATMUL_CFG_ABI, KL_MATMUL_CFG_TRANS_B, KL_MATMUL_CFG_HAS_BIAS, KL_MATMUL_CFG_NUM_THREADS,
+  KL_MATMUL_CFG_ACT, KL_MATMUL_CFG_B_PANELS, KL_MATMUL_CFG_N
+};
+#define KL_MATMUL_CFG_NMIN KL_MATMUL_CFG_ACT
+enum kl_tvm_conv1d_cfg {
+  KL_CONV1D_CFG_ABI, KL_CONV1D_CFG_STRIDE, KL_CONV1D_CFG_PAD_L, KL_CONV1D_CFG_PAD_R,
+  KL_CONV1D_CFG_DILATION, KL_CONV1D_CFG_HAS_BIAS, KL_CONV1D_CFG_NUM_THREADS,
+  KL_CONV1D_CFG_W_PANELS, KL_CONV1D_CFG_N
+};
+#define KL_CONV1D_CFG_NMIN KL_CONV1D_CFG_W_PANELS
+enum kl_tvm_conv1d_transpose_dw_cfg {
+  KL_CONV1D_TRANSPOSE_DW_CFG_ABI, KL_CONV1D_TRANSPOSE_DW_CFG_STRIDE,
+  KL_CONV1D_TRANSPOSE_DW_CFG_PAD_L, KL_CONV1D_TRANSPOSE_DW_CFG_DILATION,
+  KL_CONV1D_TRANSPOSE_DW_CFG_HAS_BIAS, KL_CONV1D_TRANSPOSE_DW_CFG_NUM_THREADS,
+  KL_CONV1D_TRANSPOSE_DW_CFG_N
+};
+enum kl_tvm_softmax_cfg { KL_SOFTMAX_CFG_ABI, KL_SOFTMAX_CFG_NUM_THREADS, KL_SOFTMAX_CFG_N };
+enum kl_tvm_attention_cfg {
+  KL_ATTENTION_CFG_ABI, KL_ATTENTION_CFG_Q_LAYOUT, KL_ATTENTION_CFG_K_LAYOUT,
+  KL_ATTENTION_CFG_V_LAYOUT, KL_ATTENTION_CFG_O_LAYOUT, KL_ATTENTION_CFG_HAS_MASK,
+  KL_ATTENTION_CFG_SCALE_BITS, KL_ATTENTION_CFG_NUM_THREADS, KL_ATTENTION_CFG_N
+};
+
 int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
