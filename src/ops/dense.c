@@ -10,6 +10,7 @@
 #include "blas.h"
 #include "internal.h"
 #include "scratch.h"
+#include "threads.h"
 
 /* Tiles of C, one per task, chosen from the shape; results never depend on
  * num_threads. Each tile is one single-threaded OpenBLAS sgemm, which packs its
@@ -34,8 +35,6 @@
 #define KL_DENSE_SERIAL_MACS (1 << 18)
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-static int resolve_threads(int n) { return n >= 1 ? kl_threads_cap(n) : kl_get_num_threads(); }
 
 /* The next index of a job's tasks, dealt to threads as they come free, or -1
  * when none is left. */
@@ -280,7 +279,7 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   if (a->act != KL_ACT_NONE && a->act != KL_ACT_GELU_TANH) return KL_ERR_ARG;
   if (a->c_trans && !a->b_panels) return KL_ERR_ARG;
   const double macs = (double)a->batch * (double)a->M * (double)a->N * (double)(a->K + 1);
-  int nth = resolve_threads(a->num_threads);
+  int nth = kl_threads_resolve(a->num_threads);
   if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
   if (a->b_panels) return pgemm(a, nth);
   mm_job j;
@@ -400,7 +399,7 @@ kl_status kl_f32_conv1d(const kl_conv1d_args* a) {
       a->ksize < 1 || a->stride < 1 || a->dilation < 1 || a->pad_l < 0 || !a->x || !a->w || !a->y)
     return KL_ERR_ARG;
   if (a->batch == 0 || a->wout == 0) return KL_OK;
-  const int nth = resolve_threads(a->num_threads);
+  const int nth = kl_threads_resolve(a->num_threads);
   if (a->w_panels) return conv1d_panels(a, nth);
   const int direct = a->ksize == 1 && a->stride == 1 && a->pad_l == 0 && a->wout == a->win;
   float* cols = NULL;
@@ -482,7 +481,7 @@ kl_status kl_f32_conv1d_transpose_dw(const kl_conv1d_transpose_dw_args* a) {
   if (a->batch == 0 || a->wout == 0) return KL_OK;
   dwt_job j = {a};
   const double work = (double)a->batch * (double)a->ch * (double)a->win * (double)a->ksize;
-  const int nth = work < (1 << 16) ? 1 : resolve_threads(a->num_threads);
+  const int nth = work < (1 << 16) ? 1 : kl_threads_resolve(a->num_threads);
   return kl_pool_run(nth, dwt_task, &j);
 }
 
@@ -506,7 +505,7 @@ kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int 
   if (rows == 0 || n == 0) return KL_OK;
   if (!x || !y) return KL_ERR_ARG;
   softmax_job j = {rows, n, x, y, kl_select_softmax()};
-  int nth = (double)rows * (double)n < (1 << 15) ? 1 : resolve_threads(num_threads);
+  int nth = (double)rows * (double)n < (1 << 15) ? 1 : kl_threads_resolve(num_threads);
   if (nth > rows) nth = (int)rows;
   return kl_pool_run(nth, softmax_task, &j);
 }
@@ -629,7 +628,7 @@ kl_status kl_f32_attention(const kl_attention_args* a) {
   atomic_init(&j.next, 0);
   const double macs = 2.0 * (double)a->batch * (double)a->heads * (double)a->L * (double)a->S *
                       (double)a->D;
-  int nth = resolve_threads(a->num_threads);
+  int nth = kl_threads_resolve(a->num_threads);
   if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
   if (nth > j.ntasks) nth = (int)j.ntasks;
   j.rows = a->L < KL_ATTN_ROWS ? a->L : KL_ATTN_ROWS;
