@@ -1,0 +1,268 @@
+"""Generate benchmarks/RESULTS.md from the JSON files in benchmarks/results/.
+
+RESULTS.md holds one section per question and machine, each rendered from the newest
+JSON of that question (SOURCES below); edit this file, not RESULTS.md, to change it.
+
+    python benchmarks/report.py [--results DIR] [--out FILE] [--check]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TABLE_IMPLS = ["ours", "torch", "ort", "ref"]
+TOL, BF16_TOL = 1e-4, 5e-2  # bench_lstm.py's checks against torch before timing
+
+# (renderer, title, files): the tables RESULTS.md shows, newest JSON of each question.
+SOURCES = [
+    ("lstm", "LSTM vs peers in one process: the project machine", ["lstm.json"]),
+    ("procs", "LSTM vs peers, each runtime in its own process: Zen 4, 2 cores (2026-11-24)",
+     ["short_zen4_1124.json", "batch_zen4_1124.json"]),
+    ("procs", "LSTM vs peers, each runtime in its own process: 16-core Xeon, run 1 (2026-11-24)",
+     ["short_xeon16_r1_1124.json", "batch_xeon16_r1_1124.json"]),
+    ("procs", "LSTM vs peers, each runtime in its own process: 16-core Xeon, run 2 (same lease)",
+     ["short_xeon16_r2_1124.json", "batch_xeon16_r2_1124.json"]),
+    ("encoder", "The ported encoder vs PyTorch eager: Zen 4, 2 cores",
+     ["encoder_procs_zen4-2core.json", "encoder_procs_zen4-2core-r2.json"]),
+    ("encoder", "The ported encoder vs PyTorch eager: 16-core Xeon (artifacts without Python's tvm)",
+     ["encoder_procs_xeon16_panels_lstm.json"]),
+    ("kmodel", "Kokoro's KModel end to end, unpatched vs patched: Zen 4, 2 cores",
+     ["kmodel_zen4_2core.json"]),
+    ("kmodel", "Kokoro's KModel end to end, unpatched vs patched: 16-core Xeon",
+     ["kmodel_xeon16_t64.json", "kmodel_xeon16_t128.json", "kmodel_xeon16_t256.json"]),
+    ("tvm", "TVM lowerings of one LSTM (Kokoro's shape)", ["tvm.json"]),
+    ("cuda", "CUDA: patched nn.LSTM vs cuDNN", ["cuda_h100.json"]),
+]
+
+
+def _ms(v) -> str:
+    return "—" if v is None else (f"{v:.3g}" if v < 10 else f"{v:.1f}")
+
+
+def _ratio(a, b) -> str:
+    return "—" if a is None or b is None else f"{a / b:.2f}×"
+
+
+def _s(n: int) -> str:
+    return f"{n} thread{'s' if n > 1 else ''}"
+
+
+# ---- bench_lstm.py (lstm.json) -------------------------------------------------------------
+
+def limit_line(r: dict) -> str:
+    lim, c, n = r["limit"], r["case"], r["threads"]
+    ours = r["median_ms"]["ours"]
+    serial = f" × {lim['serial_directions']} directions" if lim["serial_directions"] > 1 else ""
+    return (f"- **Limit** ({c['name']}, {_s(n)}): sgemm {c['T'] * c['B']}×"
+            f"{4 * c['H'] * (2 if c['bidirectional'] else 1)}×{c['I']} {lim['gemm_ms']:.3g} ms + "
+            f"{c['T']} steps × W_hh stream ({lim['w_hh_bytes'] // lim.get('threads_per_direction', 1) >> 10} KiB "
+            f"per thread) {lim['stream_us']:.3g} µs{serial} "
+            f"= {lim['limit_ms']:.3g} ms; ours {ours:.3g} ms = **{ours / lim['limit_ms']:.2f}× the limit**")
+
+
+def bf16_line(r: dict) -> str:
+    m = r["median_ms"]
+    return (f"- **bfloat16** ({r['case']['name']}, {_s(r['threads'])}): "
+            f"{m['ours_bf16']:.3g} ms vs fp32 {m['ours']:.3g} ms (fp32/bf16 = {m['ours'] / m['ours_bf16']:.2f}×), "
+            f"max |err| vs torch fp32 {r['max_abs_err_vs_torch']['ours_bf16']:.2g}")
+
+
+def lstm_tables(results: list, threads: list) -> list[str]:
+    """bench_lstm.py's tables, one per thread count (also printed by bench_lstm.py)."""
+    lines = []
+    for n in threads:
+        rows = [r for r in results if r["threads"] == n]
+        lines += [f"#### {_s(n)}", "",
+                  "| case | ours ms | torch ms | ORT ms | ref ms | torch/ours | ORT/ours | ours alone ms |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            m = r["median_ms"]
+            lines.append("| " + " | ".join(
+                [r["case"]["name"]] + [_ms(m.get(k)) for k in TABLE_IMPLS]
+                + [_ratio(m.get("torch"), m["ours"]), _ratio(m.get("ort"), m["ours"]),
+                   _ms(m.get("ours_alone"))]) + " |")
+        lines.append("")
+        lines += [limit_line(r) for r in rows if r["limit"] and r["case"]["name"].endswith("(Kokoro)")]
+        lines += [bf16_line(r) for r in rows if "ours_bf16" in r["median_ms"]]
+        others = [f"{r['case']['name']} {r['limit']['ours_over_limit']:.2f}×"
+                  for r in rows if r["limit"] and not r["case"]["name"].endswith("(Kokoro)")]
+        if others:
+            lines.append(f"- ours/limit at the other B=1 cases: {', '.join(others)}")
+        lines.append("")
+    return lines
+
+
+def render_lstm(docs: list, names: list, results_dir: str) -> list[str]:
+    doc = docs[0]
+    m, bi, a = doc["machine"], doc["machine"]["build_info"], doc["args"]
+    no_ref = [r["case"]["name"] for r in doc["results"] if "ref" not in r["median_ms"] and r["threads"] == doc["threads"][0]]
+    lines = [
+        f"`{doc['command']}`, {doc['date']}" + (" (**--quick smoke run: not meaningful**)" if a["quick"] else "")
+        + f"; {m['cpu_model']} ({m['caches_per_cpu0']}), {m['usable_cores']} usable cores; kokoro_lstm "
+        f"{m['kokoro_lstm']} (BLAS {bi.get('blas')}, ISA {bi.get('isa_active')}); torch {m['torch']}; "
+        f"onnxruntime {m['onnxruntime']}; numpy {m['numpy']}; Python {m['python']}.", "",
+        f"Median of {a['repeat']} runs after {a['warmup']} warm-up runs, round-robin between the "
+        f"implementations with a {a['settle_ms']:g} ms pause before each call; seq-first float32, "
+        "H=256, bidirectional, B=1 and I=640 unless noted. ORT: one LSTM node per layer; ref: the "
+        "NumPy float64 reference on one BLAS thread" + (f" (skipped at {', '.join(no_ref)})" if no_ref else "")
+        + ". 'ours alone': the same calls with no other runtime in between. Every implementation "
+        f"matched torch before timing (≤ {TOL:g}; bfloat16 ≤ {BF16_TOL:g}). Limit = the input "
+        "sgemm plus streaming a thread's share of W_hh once per step (kokoro_lstm._core.bench_sgemm, "
+        "bench_stream).", "",
+    ]
+    if os.path.exists(os.path.join(results_dir, "lstm.png")):
+        lines += ["![LSTM timings](results/lstm.png)", ""]
+    return lines + lstm_tables(doc["results"], doc["threads"])
+
+
+# ---- bench_lstm.py --procs (short_*.json, batch_*.json) ----------------------------------------
+
+def render_procs(docs: list, names: list, results_dir: str) -> list[str]:
+    m = docs[0]["machine"]
+    lines = [f"{m['date'][:10]}, {m['cpus']} CPUs; torch {m['torch']}, onnxruntime {m['onnxruntime']}; "
+             f"{m['rounds']} rounds at B=1 (batches: {docs[-1]['machine']['rounds']}), {m['settle_s'] * 1e3:g} ms "
+             "pause before each call. Median (min) ms; ratio = the faster peer's median / ours. "
+             "Files: " + ", ".join(f"`results/{n}`" for n in names) + ".", "",
+             "| T | B | threads | kokoro_lstm | PyTorch | ONNX Runtime | ratio |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [r for d in docs for r in d["results"]]
+    for r in sorted(rows, key=lambda r: (r["B"], r["T"], r["threads"])):
+        med = {k: statistics.median(v) * 1e3 for k, v in r["times_s"].items()}
+        mn = {k: min(v) * 1e3 for k, v in r["times_s"].items()}
+        cell = lambda k: f"{_ms(med[k])} ({_ms(mn[k])})"  # noqa: E731
+        peer = min(med["torch"], med["ort"])
+        lines.append(f"| {r['T']} | {r['B']} | {r['threads']} | {cell('ours')} | {cell('torch')} | "
+                     f"{cell('ort')} | {_ratio(peer, med['ours'])} |")
+    return lines + [""]
+
+
+# ---- bench_encoder.py (encoder_procs_*.json) -------------------------------------------------
+
+def render_encoder(docs: list, names: list, results_dir: str) -> list[str]:
+    m = docs[0]["machine"]
+    lines = [f"{m['cpu']}, {m['cores']} cores; `port-encoder`'s default methods, each runtime in its own "
+             "process, every pair validated. Ratio = compiled / PyTorch (< 1: compiled faster), "
+             "by medians (by minima). Files: " + ", ".join(f"`results/{n}`" for n in names) + ".", "",
+             "| component | tokens | threads | PyTorch ms | compiled ms | ratio (min) | max err |",
+             "|---|---:|---:|---:|---:|---|---:|"]
+    seen = {}
+    for d in docs:  # a later file's row replaces an earlier one's
+        for r in d["rows"]:
+            seen[(r["length"], r["component"], r["threads"])] = r
+    order = {"text_encoder": 0, "duration": 1, "f0n": 2, "bert": 3}
+    for key in sorted(seen, key=lambda k: (k[0], order.get(k[1], 9), k[2])):
+        r = seen[key]
+        t = next(iter(r["trees"].values()))
+        lines.append(f"| {r['component']} | {r['length']} | {r['threads']} | {_ms(r['torch_ms'])} | "
+                     f"{_ms(t['compiled_ms'])} | {t['ratio']:.2f} ({t['ratio_min']:.2f}) | {t['max_err']:.1e} |")
+    return lines + [""]
+
+
+# ---- bench_encoder.py kmodel (kmodel_*.json) ---------------------------------------------------
+
+def render_kmodel(docs: list, names: list, results_dir: str) -> list[str]:
+    d0 = docs[0]
+    lines = [f"{d0['machine']['cpu']}, {d0['machine']['cores']} cores, {d0['date'][:10]}; `kokoro.KModel` "
+             f"(random weights, {d0['frames_per_token']} frames per token), each variant in its own "
+             "process, rounds alternated. Median (min) ms; ratio = unpatched / patched (> 1: patched "
+             "faster). The six LSTMs are ~1% of a call, so the end-to-end ratio follows the noise. "
+             "Files: " + ", ".join(f"`results/{n}`" for n in names) + ".", "",
+             "| tokens | threads | unpatched | patched | ratio (min) | six LSTMs, unpatched / patched ms |",
+             "|---:|---:|---:|---:|---|---:|"]
+    for d in docs:
+        for r in d["rows"]:
+            lstm = r.get("lstm_ms", {})
+            six = (f"{lstm['sep_unpatched']:.3g} / {lstm['sep_patched']:.3g}"
+                   if "sep_unpatched" in lstm else "—")
+            lines.append(f"| {r['tokens']} | {r['threads']} | {_ms(r['unpatched_ms'])} ({_ms(r['unpatched_min_ms'])}) | "
+                         f"{_ms(r['patched_ms'])} ({_ms(r['patched_min_ms'])}) | {r['ratio']:.2f} "
+                         f"({r['ratio_min']:.2f}) | {six} |")
+    return lines + [""]
+
+
+# ---- bench_tvm.py (tvm.json) ---------------------------------------------------------------
+
+def render_tvm(docs: list, names: list, results_dir: str) -> list[str]:
+    d = docs[0]
+    i = d["info"]
+    lines = [f"{i['cpus']} CPUs, TVM {i['tvm']}, torch {i['torch']}, {i['kokoro_lstm_threads']} threads, "
+             f"target `{i['target']}`; B=1, I=640, H=256, bidirectional. `results/{names[0]}`.", "",
+             "| method | T | median ms | min ms | vs the engine called directly | compile s | IR lines |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(d["rows"], key=lambda r: (r["T"], r["median_ms"])):
+        comp = "—" if r.get("compile_s") is None else f"{r['compile_s']:.2f}"
+        ir = "—" if r.get("ir_lines") is None else str(r["ir_lines"])
+        vs = "—" if r.get("vs_direct") is None else f"{r['vs_direct']:.2f}×"
+        lines.append(f"| {r['method']} | {r['T']} | {_ms(r['median_ms'])} | {_ms(r['min_ms'])} | {vs} | {comp} | {ir} |")
+    return lines + [""]
+
+
+# ---- bench_cuda.py (cuda_*.json) -----------------------------------------------------------
+
+def render_cuda(docs: list, names: list, results_dir: str) -> list[str]:
+    d = docs[0]
+    lines = [f"{d['device']}, torch {d['torch']}, cuDNN {d['cudnn']}; I=640, H=256, bidirectional, "
+             "batch_first; a patched `nn.LSTM` against `nn.LSTM` in one process, alternated, medians; "
+             f"also each captured in a CUDA graph and replayed. `results/{names[0]}`.", "",
+             "| B | T | cuDNN ms | ours ms | × cuDNN | cuDNN graph ms | ours graph ms | × in graphs | recurrence µs/step |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["lstm"]:
+        lines.append(f"| {r['B']} | {r['T']} | {r['cudnn_ms']:.3f} | {r['ours_ms']:.3f} | "
+                     f"{r['cudnn_over_ours']:.1f} | {r['cudnn_graph_ms']:.3f} | {r['ours_graph_ms']:.3f} | "
+                     f"{r['graph_cudnn_over_ours']:.1f} | {r['recurrence_us_per_step']:.2f} |")
+    if d.get("kmodel"):
+        lines += ["", "Kokoro's `KModel` (random weights), unpatched → patched:", ""]
+        for k in d["kmodel"]:
+            lines.append(f"- {k['tokens']} tokens: {k['unpatched_ms']:.1f} → {k['patched_ms']:.1f} ms "
+                         f"({k['speedup']:.2f}×; the six LSTMs {k['six_lstms_ms_unpatched']:.1f} → "
+                         f"{k['six_lstms_ms_patched']:.1f} ms)")
+    return lines + [""]
+
+
+RENDER = {"lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
+          "kmodel": render_kmodel, "tvm": render_tvm, "cuda": render_cuda}
+
+
+def render(results_dir: str) -> str:
+    lines = ["# Benchmark results", "",
+             "Generated by `benchmarks/report.py` from the JSON files in `benchmarks/results/`; "
+             "do not edit. Each section is the newest run of one question on one machine; "
+             "the scripts are described in `benchmarks/README.md`, older runs are in git's history.", ""]
+    for kind, title, names in SOURCES:
+        docs = []
+        for n in names:
+            with open(os.path.join(results_dir, n)) as f:
+                docs.append(json.load(f))
+        lines += [f"## {title}", ""] + RENDER[kind](docs, names, results_dir)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def cited() -> list[str]:
+    """The result files RESULTS.md cites."""
+    return sorted({n for _, _, names in SOURCES for n in names} | {"lstm.png"})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--check", action="store_true", help="exit 1 if --out differs from what would be written")
+    args = ap.parse_args(argv)
+    text = render(args.results)
+    if args.check:
+        with open(args.out) as f:
+            same = f.read() == text
+        print(f"{args.out}: {'up to date' if same else 'stale: run benchmarks/report.py'}")
+        return 0 if same else 1
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(f"wrote {args.out} ({text.count(chr(10))} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
