@@ -25,7 +25,8 @@
 #                     build-c/gpu-deploy (`make gpu-deploy`, here) carried, the C++ runner on cuda
 #   make demo         kokoro-lstm demo: port Kokoro's text_encoder and duration to TVM
 #                     with native/tir/relax LSTMs (random weights, validated), one table
-#   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS)
+#   make bench        benchmarks/bench_lstm.py $(BENCH_ARGS) (kokoro_lstm vs PyTorch vs ONNX
+#                     Runtime in one process), then benchmarks/report.py: RESULTS.md from results/
 #   make bench-kernels  benchmarks/c/bench_kernels.c: ns per call of every kernel of the
 #                     kernel lists this CPU can run (BENCH_KERNELS_ROUNDS rounds, default 21)
 #   make clean        build outputs (keeps .venv); `make distclean` also removes .venv
@@ -258,6 +259,7 @@ demo: venv ext
 BENCH_ARGS ?=
 bench: venv ext
 	$(VPY) benchmarks/bench_lstm.py $(BENCH_ARGS)
+	$(VPY) benchmarks/report.py
 
 clean:
 	rm -rf build-c build

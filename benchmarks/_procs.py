@@ -1,6 +1,6 @@
 """Worker processes and version records shared by the benchmarks that run each
-runtime (or build) in its own process (bench_encoder_procs.py, bench_kmodel.py,
-bench_ab.py)."""
+runtime (or build) in its own process (bench_encoder.py, _kmodel.py,
+bench_engine.py)."""
 from __future__ import annotations
 
 import json

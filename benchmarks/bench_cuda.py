@@ -10,7 +10,7 @@ variant times ``reps`` back-to-back calls between two CUDA events; per call =
 elapsed / reps; medians and minima over ``--rounds``.
 
 KModel: ``kokoro.KModel`` (Kokoro-82M's config, random weights, duration head set
-to ``--frames-per-token`` frames per token, as benchmarks/bench_kmodel.py does) on
+to ``--frames-per-token`` frames per token, as benchmarks/_kmodel.py does) on
 the GPU, unpatched vs a deep copy patched with ``patch_lstm_modules``, alternated;
 wall time of ``forward_with_tokens`` with a synchronize after it; the outputs are
 checked equal in length and close in value first.
@@ -166,7 +166,7 @@ def host_overhead(n=300):
 
 
 def kmodel_case(tokens, fpt, rounds):
-    import bench_kmodel as bk
+    import _kmodel as bk
 
     cfg = bk.kmodel_config()
     path = "/tmp/kl_kmodel_empty.pth"

@@ -1,25 +1,23 @@
-"""kokoro_lstm vs torch.nn.LSTM vs ONNX Runtime's LSTM op vs the NumPy reference.
+"""The LSTM against its peers: kokoro_lstm vs torch.nn.LSTM vs ONNX Runtime's LSTM op
+(vs the NumPy float64 reference), H=256, bidirectional, seq-first float32.
 
-Cases (all seq-first [T, B, I] float32 input, H=256, bidirectional):
-T in {16, 64, 256, 1024} at B=1, I=640 (T=256 is Kokoro's shape); T=256 with
-B in {8, 64}; T=256 with I=512; T=256 with 3 stacked layers. Also kokoro_lstm's
-dtype="bfloat16" at the Kokoro shape. Thread counts {1, 2, all usable cores}.
+In one process (default): T in {16, 64, 256, 1024} at B=1, I=640 (T=256 is Kokoro's
+shape); T=256 with B in {8, 64}, with I=512, with 3 layers; kokoro_lstm's bfloat16 at
+Kokoro's shape; 1, 2 and all usable cores. Every implementation is checked against torch
+first (1e-4 max-abs; bfloat16 5e-2), then timed round-robin with a pause before each call;
+medians. Also the machine's limit at B=1 (the input sgemm plus streaming W_hh once per
+step, from kokoro_lstm._core.bench_sgemm / bench_stream) and our time as a multiple of it.
+Writes lstm.json and lstm.png to --out.
 
-Every implementation is checked against torch before it is timed (ORT and ours
-to 1e-4 max-abs, else the run aborts). Timed runs alternate round-robin between
-the implementations (the starting one rotates each repetition) after warm-up;
-the median is reported. The NumPy float64 reference is slow and is skipped at
-T=1024 and B=64.
+--procs: each runtime in its own worker process (this script with --worker), rounds
+alternated between them, a --settle-ms pause before each timed call, every T of
+--lengths with every B of --batches (short calls: --batches 1 --lengths 32,256).
+Writes lstm_procs.json to --out.
 
-The machine's limit at B=1 (single- and multi-layer) is
-    sum over layers of sgemm(M=T*B, N=4H*D, K=I_layer) at n threads
-    + layers * T * (time to stream W_hh, 4H*H*4 bytes, once from cache) * (D if n == 1 else 1)
-from kokoro_lstm._core.bench_sgemm / bench_stream (best of --repeat).
-
-Writes benchmarks/results/lstm.json (raw timings + machine), benchmarks/results/lstm.png
-and benchmarks/RESULTS.md (sections after the marker line are kept).
+benchmarks/report.py turns the JSON into RESULTS.md.
 
     python benchmarks/bench_lstm.py [--quick] [--threads 1,2] [--repeat 15] [--out DIR]
+    python benchmarks/bench_lstm.py --procs [--batches 16,64] [--lengths 256] [--threads 1,2] [--rounds 15]
 """
 from __future__ import annotations
 
@@ -30,6 +28,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -43,12 +42,12 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from _machine import cpu_name
+from report import TABLE_IMPLS, lstm_tables
 
 import kokoro_lstm
 from kokoro_lstm import _core, reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MARKER = "<!-- extra sections below are kept by bench_lstm.py -->"
 TOL = 1e-4  # max-abs vs torch for fp32 implementations (ORT, ours, reference)
 BF16_TOL = 5e-2
 
@@ -229,8 +228,6 @@ def _build_ref(case, module, x, n):
 implementation("ours_bf16", "kokoro_lstm bf16", tol=BF16_TOL, applies=lambda c: c.is_kokoro)(
     _ours("bfloat16"))
 
-TABLE_IMPLS = ["ours", "torch", "ort", "ref"]
-
 
 def _np(a) -> np.ndarray:
     return a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
@@ -362,61 +359,6 @@ def machine_info() -> dict:
 
 # ---- reporting -------------------------------------------------------------------------
 
-def _ms(v) -> str:
-    return "—" if v is None else (f"{v:.3g}" if v < 10 else f"{v:.1f}")
-
-
-def _ratio(a, b) -> str:
-    return "—" if a is None or b is None else f"{a / b:.2f}×"
-
-
-def markdown_tables(results: list, threads: list) -> list[str]:
-    lines = []
-    for n in threads:
-        rows = [r for r in results if r["threads"] == n]
-        lines += [f"### {n} thread{'s' if n > 1 else ''}", "",
-                  "| case | ours ms | torch ms | ORT ms | ref ms | torch/ours | ORT/ours | ours alone ms |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in rows:
-            m = r["median_ms"]
-            lines.append("| " + " | ".join(
-                [r["case"]["name"]] + [_ms(m.get(k)) for k in TABLE_IMPLS]
-                + [_ratio(m.get("torch"), m["ours"]), _ratio(m.get("ort"), m["ours"]),
-                   _ms(m.get("ours_alone"))]) + " |")
-        lines.append("")
-        for r in rows:
-            lim = r["limit"]
-            if lim and r["case"]["name"].endswith("(Kokoro)"):
-                lines.append(limit_line(r))
-        for r in rows:
-            if "ours_bf16" in r["median_ms"]:
-                lines.append(bf16_line(r))
-        others = [f"{r['case']['name']} {r['limit']['ours_over_limit']:.2f}×"
-                  for r in rows if r["limit"] and not r["case"]["name"].endswith("(Kokoro)")]
-        if others:
-            lines.append(f"- ours/limit at the other B=1 cases: {', '.join(others)}")
-        lines.append("")
-    return lines
-
-
-def limit_line(r: dict) -> str:
-    lim, c, n = r["limit"], r["case"], r["threads"]
-    ours = r["median_ms"]["ours"]
-    serial = f" × {lim['serial_directions']} directions" if lim["serial_directions"] > 1 else ""
-    return (f"- **Limit** ({c['name']}, {n} thread{'s' if n > 1 else ''}): sgemm {c['T'] * c['B']}×"
-            f"{4 * c['H'] * (2 if c['bidirectional'] else 1)}×{c['I']} {lim['gemm_ms']:.3g} ms + "
-            f"{c['T']} steps × W_hh stream ({lim['w_hh_bytes'] // lim.get('threads_per_direction', 1) >> 10} KiB "
-            f"per thread) {lim['stream_us']:.3g} µs{serial} "
-            f"= {lim['limit_ms']:.3g} ms; ours {ours:.3g} ms = **{ours / lim['limit_ms']:.2f}× the limit**")
-
-
-def bf16_line(r: dict) -> str:
-    m, n = r["median_ms"], r["threads"]
-    return (f"- **bfloat16** ({r['case']['name']}, {n} thread{'s' if n > 1 else ''}): "
-            f"{m['ours_bf16']:.3g} ms vs fp32 {m['ours']:.3g} ms (fp32/bf16 = {m['ours'] / m['ours_bf16']:.2f}×), "
-            f"max |err| vs torch fp32 {r['max_abs_err_vs_torch']['ours_bf16']:.2g}")
-
-
 def plot(results: list, threads: list, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -450,46 +392,110 @@ def plot(results: list, threads: list, path: str) -> None:
     plt.close(fig)
 
 
-def write_results_md(path: str, doc: dict, png_path: str) -> None:
-    kept = ""
-    if os.path.exists(path):
-        with open(path) as f:
-            text = f.read()
-        if MARKER in text:
-            kept = text.split(MARKER, 1)[1]
-    m = doc["machine"]
-    bi = m["build_info"]
-    skips = [im.skip_note for im in IMPLS if im.skip_note]
-    lines = [
-        "# Benchmark results", "",
-        "Generated by `benchmarks/bench_lstm.py`; everything above the marker line is rewritten on each run.", "",
-        "## LSTM forward: kokoro_lstm vs torch.nn.LSTM vs ONNX Runtime vs NumPy reference", "",
-        f"- Date: {doc['date']}",
-        f"- Command: `{doc['command']}`" + (" (**--quick smoke run: numbers are not meaningful**)"
-                                            if doc["args"]["quick"] else ""),
-        f"- Machine: {m['cpu_model']} ({m['caches_per_cpu0']}), {m['usable_cores']} usable cores, {m['platform']}",
-        f"- kokoro_lstm {m['kokoro_lstm']} (BLAS {bi.get('blas')}, ISA {bi.get('isa_active')}, "
-        f"avx512_bf16 {bi.get('avx512_bf16')}); torch {m['torch']}; onnxruntime {m['onnxruntime']}; "
-        f"numpy {m['numpy']}; Python {m['python']}",
-        f"- Median of {doc['args']['repeat']} runs after {doc['args']['warmup']} warm-up runs, "
-        "alternating round-robin between implementations (starting one rotated each repetition, every other cycle reversed; "
-        f"{doc['args']['settle_ms']:g} ms untimed pause before each call); seq-first float32 input, H=256, bidirectional, "
-        "B=1 and I=640 unless noted. torch under inference_mode with torch.set_num_threads(n); "
-        "ORT: one LSTM node per layer, intra_op_num_threads=n, inter_op_num_threads=1; "
-        "the NumPy reference is float64 on one BLAS thread (NumPy's spinning BLAS threads would disturb the next timed run). "
-        "'ours alone': the same kokoro_lstm calls timed again with no other runtime in between "
-        "(ONNX Runtime's pool keeps spinning, pinned, after a run and takes cores from what runs next).",
-        f"- Every implementation matched torch before timing (max-abs ≤ {TOL:g}; bfloat16 ≤ {BF16_TOL:g}). "
-        + " ".join(s + "." for s in skips),
-        "- Limit = sgemm(M=T·B, N=8H, K=I) at n threads (kokoro_lstm._core.bench_sgemm) + "
-        "T × time to stream a thread's share of W_hh (1 MiB per direction, split over the "
-        "n/2 threads of a direction) once from cache (bench_stream), × 2 at 1 thread "
-        "(directions serial); summed over layers for 3 layers.",
-        "", f"![LSTM timings]({os.path.relpath(png_path, os.path.dirname(os.path.abspath(path)))})", "",
-    ]
-    lines += markdown_tables(doc["results"], doc["threads"])
+# ---- each runtime in its own process (--procs) -------------------------------------------
+
+PROC_RUNTIMES = ["ours", "torch", "ort"]
+
+
+def procs_worker(runtime: str, T: int, B: int, n: int) -> None:
+    """A --procs worker: reads 'check PATH' (writes the output as .npy), 'time SETTLE'
+    (one timed call after a pause; prints seconds) or 'quit' from stdin."""
+    torch.set_num_threads(n)
+    case = Case(f"T={T} B={B}", T, B=B)
+    module = make_module(case)
+    x = make_input(case)
+    build = {"ours": _ours("float32"), "torch": _build_torch, "ort": _build_ort}[runtime]
+    with torch.inference_mode():
+        run = build(case, module, x, n)
+        for _ in range(2):
+            run()
+        print("ready", flush=True)
+        for line in sys.stdin:
+            cmd = line.split()
+            if not cmd or cmd[0] == "quit":
+                break
+            if cmd[0] == "check":
+                np.save(cmd[1], _np(run()[0]))
+                print("ok", flush=True)
+            elif cmd[0] == "time":
+                time.sleep(float(cmd[1]))
+                t0 = time.perf_counter()
+                run()
+                print(time.perf_counter() - t0, flush=True)
+
+
+def bench_procs(T: int, B: int, n: int, rounds: int, settle: float, tmp: str) -> dict:
+    """One worker per runtime; outputs checked against torch, then rounds alternated,
+    each starting from another worker so that a neighbour's load hits them alike."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(n))
+    procs = {r: subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", r, "--T", str(T),
+                                  "--B", str(B), "--n", str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, env=env) for r in PROC_RUNTIMES}
+
+    def ask(r, cmd):
+        procs[r].stdin.write(cmd + "\n")
+        procs[r].stdin.flush()
+        return procs[r].stdout.readline().strip()
+
+    try:
+        for r in PROC_RUNTIMES:
+            assert procs[r].stdout.readline().strip() == "ready", r
+        outs = {}
+        for r in PROC_RUNTIMES:
+            path = os.path.join(tmp, f"bench_lstm_{os.getpid()}_{r}.npy")
+            assert ask(r, f"check {path}") == "ok"
+            outs[r] = np.load(path)
+            os.remove(path)
+        err = {r: float(np.max(np.abs(outs[r] - outs["torch"]))) for r in PROC_RUNTIMES}
+        if max(err.values()) > TOL:
+            raise SystemExit(f"T={T} B={B} n={n}: outputs differ from torch: {err}")
+        times = {r: [] for r in PROC_RUNTIMES}
+        for i in range(rounds):
+            s = i % len(PROC_RUNTIMES)
+            for r in PROC_RUNTIMES[s:] + PROC_RUNTIMES[:s]:
+                times[r].append(float(ask(r, f"time {settle}")))
+    finally:
+        for p in procs.values():
+            try:
+                p.stdin.write("quit\n")
+                p.stdin.flush()
+            except OSError:
+                pass
+            p.wait()
+    res = {"T": T, "B": B, "threads": n, "max_abs_vs_torch": err, "times_s": times, "ms": {}}
+    for r in PROC_RUNTIMES:
+        t = times[r]
+        res["ms"][r] = {"median": statistics.median(t) * 1e3, "min": min(t) * 1e3,
+                        "spread": max(t) / min(t) - 1.0}
+    return res
+
+
+def main_procs(args) -> None:
+    import tempfile
+    results = []
+    shapes = [(t, b) for t in map(int, args.lengths.split(",")) for b in map(int, args.batches.split(","))]
+    with tempfile.TemporaryDirectory() as tmp:
+        for T, B in shapes:
+            for n in parse_threads(args.threads or "1,2"):
+                r = bench_procs(T, B, n, args.rounds, args.settle_ms / 1e3, tmp)
+                results.append(r)
+                ms = r["ms"]
+                peer = min(ms["torch"]["median"], ms["ort"]["median"])
+                print(f"T={T:4d} B={B:3d} threads={n}: " + "  ".join(
+                    f"{k} {v['median']:7.1f} ms (min {v['min']:7.1f}, spread {v['spread'] * 100:3.0f}%)"
+                    for k, v in ms.items()) + f"  faster peer / ours = {peer / ms['ours']['median']:.2f}x",
+                    flush=True)
+    info = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "load_before": os.getloadavg(), "torch": torch.__version__,
+            "onnxruntime": ort.__version__, "numpy": np.__version__,
+            "kokoro_lstm": kokoro_lstm.__version__, "rounds": args.rounds,
+            "settle_s": args.settle_ms / 1e3, "case": {"I": 640, "H": 256, "bidirectional": True}}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "lstm_procs.json")
     with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n" + MARKER + kept)
+        json.dump({"machine": info, "results": results}, f, indent=1)
+    print(f"wrote {path}")
 
 
 # ---- main ------------------------------------------------------------------------------
@@ -507,16 +513,31 @@ def parse_threads(s: str | None) -> list[int]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 repetitions, 1 warm-up")
-    ap.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2,all cores)")
+    ap.add_argument("--threads", default=None,
+                    help="comma-separated thread counts (default 1,2,all cores; --procs: 1,2)")
     ap.add_argument("--repeat", type=int, default=None, help="timed repetitions (default 15; >= 10 unless --quick)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up runs per implementation (default 3)")
-    ap.add_argument("--settle-ms", type=float, default=60.0,
-                    help="untimed sleep before each timed call (lets other pools' spinning threads park; "
-                         "ONNX Runtime's spin for ~40 ms after a run)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for lstm.json and lstm.png")
-    ap.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"),
-                    help="markdown summary to (re)write; '' to skip")
+    ap.add_argument("--settle-ms", type=float, default=None,
+                    help="untimed sleep before each timed call, so that other pools' spinning threads "
+                         "park (ONNX Runtime's spin for ~40 ms after a run); default 60, --procs 50")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for the JSON (and lstm.png)")
+    ap.add_argument("--procs", action="store_true", help="each runtime in its own process")
+    ap.add_argument("--batches", default="16,64", help="--procs: batch sizes")
+    ap.add_argument("--lengths", default="256", help="--procs: sequence lengths (every T with every B)")
+    ap.add_argument("--rounds", type=int, default=15, help="--procs: timed rounds")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--T", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--B", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        procs_worker(args.worker, args.T, args.B, args.n)
+        return
+    if args.settle_ms is None:
+        args.settle_ms = 50.0 if args.procs else 60.0
+    if args.procs:
+        main_procs(args)
+        return
     args.repeat = args.repeat or (3 if args.quick else 15)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     if args.repeat < 10 and not args.quick:
@@ -539,16 +560,14 @@ def main(argv=None) -> None:
                 med = "  ".join(f"{k} {v:.3g}" for k, v in r["median_ms"].items())
                 print(f"  [{n}t] {case.name:<16} {med} ms  ({time.perf_counter() - t0:.1f} s)",
                       file=sys.stderr, flush=True)
-            print("\n".join(markdown_tables(doc["results"], [n])), flush=True)
+            print("\n".join(lstm_tables(doc["results"], [n])), flush=True)
 
     json_path = os.path.join(args.out, "lstm.json")
     png_path = os.path.join(args.out, "lstm.png")
     with open(json_path, "w") as f:
         json.dump(doc, f, indent=1)
     plot(doc["results"], threads, png_path)
-    if args.results_md:
-        write_results_md(args.results_md, doc, png_path)
-    print(f"wrote {json_path}, {png_path}" + (f", {args.results_md}" if args.results_md else ""))
+    print(f"wrote {json_path}, {png_path}; benchmarks/report.py renders RESULTS.md from them")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Run a ``port-encoder`` library without the ``tvm`` package: only ``tvm_ffi`` (the
 apache-tvm-ffi wheel), TVM's ``libtvm_runtime.so`` and the BLAS the library was linked
 against. Standalone (imports nothing of this repository, nor tvm); used by
-``bench_encoder_procs.py --artifacts`` on machines that have no TVM.
+``bench_encoder.py --artifacts`` on machines that have no TVM.
 
 What ``tvm.relax.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())[func]`` does,
 by hand: libtvm_runtime is loaded RTLD_GLOBAL (it registers the relax VM executable's

@@ -50,8 +50,8 @@ unpatched within the in-process worker and across the two separate processes
 frame counts differ or the audio differs by more than ``--atol`` +
 ``--rtol`` * max|audio|.
 
-    python benchmarks/bench_kmodel.py                       # 64,128,256 tokens; 1, 2, all cores
-    python benchmarks/bench_kmodel.py --tokens 64 --threads 1,2 --rounds 5 --label vm
+    python benchmarks/bench_encoder.py kmodel                       # 64,128,256 tokens; 1, 2, all cores
+    python benchmarks/bench_encoder.py kmodel --tokens 64 --threads 1,2 --rounds 5 --label vm
 
 Writes benchmarks/results/kmodel_<label>.json.
 
@@ -84,7 +84,7 @@ run::
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --upgrade --target /tmp/site .whl/kmodel/*.whl && export PYTHONPATH=/tmp/site
     python3 setup.py -q build_ext --inplace   # no system OpenBLAS: KOKORO_LSTM_BLAS=scipy-openblas32 + its wheel
-    python3 benchmarks/bench_kmodel.py --threads 1,2,16 --label xeon16
+    python3 benchmarks/bench_encoder.py kmodel --threads 1,2,16 --label xeon16
 
 (the workers import the kokoro_lstm the main process imported, found on sys.path or
 else in this checkout, with PYTHONPATH kept.)
