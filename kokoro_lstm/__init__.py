@@ -1,4 +1,4 @@
-"""kokoro_lstm: fast, exact LSTM inference on CPU.
+"""kokoro_lstm: fast, exact LSTM inference on CPU and NVIDIA GPUs.
 
 - ``LSTM`` / ``lstm_forward``: torch.nn.LSTM semantics over NumPy buffers on
   the C engine (OpenBLAS input projection, SIMD recurrent kernels, GIL released).

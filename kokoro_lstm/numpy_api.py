@@ -234,14 +234,10 @@ class LSTM:
         self._adopt()
 
     # -- cache ownership -----------------------------------------------------
-    # The weights are private to this object (state_dict() returns copies), so the
-    # engine may trust its packed copy without the per-call staleness check. The
-    # owner token keys that cache entry to this live object alone: minted here for
-    # each object (also for copies and unpickled objects, never carried over), and
-    # dropped with the object's entries when it dies. A carried token could equal a
-    # token minted later in another process (or be shared by a copy), and its entry,
-    # left without a finalizer, would be hit by an object whose weights reuse the
-    # dead one's addresses.
+    # The weights are private to this object, so the engine trusts its packed copy
+    # without the per-call staleness check. The owner token keys that entry to this
+    # live object alone: minted per object (never copied or unpickled, where it could
+    # collide with another object's) and dropped with its entries when it dies.
     def _adopt(self) -> None:
         self._owner = next(_owner_tokens)
         weakref.finalize(self, _core.cache_drop_owner, self._owner)

@@ -6,9 +6,9 @@ Subcommands::
         compile Kokoro's encoder components with Apache TVM (a drop-in for kokoro-tvm's
         port_encoder.py; see kokoro_lstm.cli.port_encoder)
     kokoro-lstm demo [--seq-len 32] [--methods native tir relax] [--output-dir DIR]
-    kokoro-lstm --version
         port text_encoder and duration with several LSTM methods (random weights,
         validated) and print one table (see kokoro_lstm.cli.demo)
+    kokoro-lstm --version
 
 ``python -m kokoro_lstm.cli`` is the same; ``python -m kokoro_lstm.cli.port_encoder``
 takes port-encoder's flags directly. Importing this package imports neither torch nor

@@ -34,9 +34,9 @@ so the input projection P = d W_ih^T runs once per token ([T, 2048], both direct
 in one matmul) and each frame takes its token's row (a gather), given to the engine as
 layer 0's gates (``x_gates``): T/F of the input-projection FLOPs (≈1/4 at Kokoro's
 rate) and no en at all. It subsumes the style fold (d's style columns are projected at
-token rate too). Measured (benchmarks/bench_cuts.py): a gather pays at 64 and 512
-tokens; ``P^T @ alignment`` as a matmul (exact for any alignment) costs T*F*2048 MACs
-and no longer pays at 512 tokens, so the index input was chosen.
+token rate too). The rows are gathered by index rather than computed as
+``P^T @ alignment`` (a matmul, exact for any alignment, but T*F*2048 MACs: at 512 tokens
+as costly as the projection it replaces; docs/decisions.md).
 
 The rewritten wrapper mirrors Kokoro's ``DurationEncoder.forward`` and
 ``ProsodyPredictor``'s duration path line by line; ``--validate`` checks it against the
