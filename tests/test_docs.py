@@ -44,6 +44,10 @@ RUNNABLE = [b for b in ALL if b[2] in RUN]
 def test_every_block_is_marked():
     bad = [f"{f}:{n} ```{info}" for f, n, info, _ in ALL if info not in RUN and info not in READ_ONLY]
     assert not bad, f"unknown fence info strings (use one of {sorted(RUN) + sorted(READ_ONLY)}): {bad}"
+    for path in DOCS:  # an indented fence would escape FENCE, and so the test
+        with open(path, encoding="utf-8") as f:
+            indented = [i + 1 for i, line in enumerate(f) if re.match(r"\s+```", line)]
+        assert not indented, f"{os.path.relpath(path, ROOT)}: indented fences at lines {indented}"
 
 
 def test_readme_states_the_test_command():
