@@ -137,16 +137,24 @@ int kl_f32_amx_enabled(void) {
   return atomic_load(&g_f32_amx);
 }
 
-/* ---- float16 single rows: 256-bit or 512-bit widening (kl_f16_narrow_rows) ----
- * Both give the same bits; the faster differs by CPU: Zen 4 executes a 512-bit
- * vcvtph2ps as two halves and ran H = 256, B = 1 steps in 7.6 us narrow vs
- * 10.7 wide, the 16-core Xeon in 16.0 vs 13.3 (bench-kernels). So each process
- * times both on a small block (about 0.3 ms, once) and takes the narrow one only
- * when it is 5% faster. On the Zen 4 the probe's wide / narrow ratio came out
- * 1.38-1.40 in some processes and 1.08-1.17 in others (a vCPU's neighbours, it
- * seems); with a 10% margin 2 of 12 processes kept the wide path. */
+/* ---- float16 single rows: the list's KL_ARCH_F16_NARROW entry or not ----
+ * Both give the same bits; which is faster differs by CPU (those that split
+ * 512-bit conversions in two prefer 8 halves per instruction). Decided once per
+ * process: KOKORO_LSTM_F16_WIDEN=256|512, else the narrow entry when one row
+ * through a block of R = 128 (zeros, L1-resident; best of 9 rounds, about
+ * 0.3 ms) takes it at most 95% of the time of the entry it would replace. */
 static atomic_int g_f16_narrow = 0;
 static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
+
+static int64_t f16_time(kl_lstmcell_ukernel_fn fn, size_t reps) {
+  enum { PR = 128 };
+  static uint16_t w[PR * 64] __attribute__((aligned(64)));
+  static float h[PR], gx[4 * KL_NR], bias[4 * KL_NR], c[KL_NR], h_out[KL_NR];
+  const kl_cell_row row = {gx, h, c, h_out};
+  const int64_t t0 = kl_now_ns();
+  for (size_t r = 0; r < reps; r++) fn(PR, KL_NR, 0, 1, w, bias, 1, &row);
+  return kl_now_ns() - t0;
+}
 
 static void f16_decide(void) {
   const char* env = getenv("KOKORO_LSTM_F16_WIDEN");
@@ -154,21 +162,24 @@ static void f16_decide(void) {
     atomic_store(&g_f16_narrow, strcmp(env, "256") == 0);
     return;
   }
-#if defined(KL_HAVE_X86)
-  const unsigned need = KL_ARCH_AVX512F | KL_ARCH_F16C;
-  if ((kl_arch_detected() & need) != need) return;
+  /* the first float16 entry this CPU runs with the narrow bit, and without */
+  kl_lstmcell_ukernel_fn fn[2] = {NULL, NULL}; /* wide, narrow */
+  const unsigned cpu = kl_arch_detected() | KL_ARCH_F16_NARROW;
+  for (size_t i = 0; i < kl_lstmcell_count; i++) {
+    const kl_lstmcell_entry* e = &kl_lstmcell_list[i];
+    const int narrow = (e->arch & KL_ARCH_F16_NARROW) != 0;
+    if (e->wt == KL_W_F16 && (e->arch & ~cpu) == 0 && !fn[narrow]) fn[narrow] = e->fn;
+  }
+  if (!fn[1] || !fn[0]) return;
   int64_t best[2] = {INT64_MAX, INT64_MAX};
-  kl_f16_lstmcell_probe__avx512f(0, 4); /* warm-up */
-  kl_f16_lstmcell_probe__avx512f(1, 4);
+  (void)f16_time(fn[0], 4); /* warm-up */
+  (void)f16_time(fn[1], 4);
   for (int round = 0; round < 9; round++)
     for (int narrow = 0; narrow < 2; narrow++) {
-      const int64_t t0 = kl_now_ns();
-      kl_f16_lstmcell_probe__avx512f(narrow, 32);
-      const int64_t t = kl_now_ns() - t0;
+      const int64_t t = f16_time(fn[narrow], 32);
       if (t < best[narrow]) best[narrow] = t;
     }
   atomic_store(&g_f16_narrow, 20 * best[1] < 19 * best[0]); /* 5% faster */
-#endif
 }
 
 int kl_f16_narrow_rows(void) {
@@ -316,7 +327,7 @@ static kl_f32_pgemm_ukernel_fn first_vector_pgemm(kl_wtype wt, unsigned arch) {
 }
 
 kl_kernels kl_select_kernels(kl_wtype wt) {
-  const unsigned arch = kl_arch_active();
+  const unsigned arch = kl_arch_active() | (wt == KL_W_F16 && kl_f16_narrow_rows() ? KL_ARCH_F16_NARROW : 0);
   const kl_gemm_entry* g = first_gemm(wt, arch);
   /* Without a low-precision GEMM entry, a bfloat16 or float16 layer projects
    * its input with float32 W_ih: the float32 kernels serve it as they serve float32. */
@@ -329,7 +340,6 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
                   .pgemm = first_vector_pgemm(wx, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
-  if (wt == KL_W_F16) (void)kl_f16_narrow_rows(); /* decided here, not inside a parallel step */
   for (size_t i = 0; wx == KL_W_F32 && kl_f32_amx_enabled() && i < kl_x6gemm_count; i++)
     if ((kl_x6gemm_list[i].arch & ~arch) == 0) {
       k.x6gemm = kl_x6gemm_list[i].gemm;

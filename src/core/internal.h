@@ -206,15 +206,12 @@ void kl_barrier_wait(kl_barrier* b, int i);
 #define KL_ARCH_NEON 0x10u       /* AArch64 Advanced SIMD (FCVTL half conversion included) */
 #define KL_ARCH_NEON_BF16 0x20u  /* FEAT_BF16 (BFDOT) */
 #define KL_ARCH_AMX_BF16 0x40u   /* AMX-TILE + AMX-BF16 (tdpbf16ps), and the OS lets us use them */
+/* Not a CPU feature: float16 single rows run faster widened 8 halves at a time
+ * (measured once, kl_f16_narrow_rows); the dispatch adds it for float16. */
+#define KL_ARCH_F16_NARROW 0x80u
 int64_t kl_now_ns(void); /* CLOCK_MONOTONIC in ns (threadpool.c) */
 unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
 unsigned kl_arch_active(void);   /* those the active ISA level allows */
-
-/* What kl_f16_narrow_rows (kokoro_lstm_testing.h) times: one row through a small block,
- * widening 8 (narrow) or 16 halves at a time (f16-lstmcell-avx512f.c). */
-#if defined(KL_HAVE_X86)
-void kl_f16_lstmcell_probe__avx512f(int narrow, size_t reps);
-#endif
 
 #define KL_KERNEL(arch, wt, isa, fn) \
   void fn(size_t, size_t, size_t, size_t, const void*, const void*, size_t, const kl_cell_row*);

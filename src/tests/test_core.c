@@ -1150,7 +1150,7 @@ static const char* wtype_name(kl_wtype wt) {
 
 /* 1 if this CPU has what a list entry needs (else the entry is skipped). */
 static int cpu_has(unsigned arch, const char* name) {
-  if ((arch & ~kl_arch_detected()) == 0) return 1;
+  if ((arch & ~(kl_arch_detected() | KL_ARCH_F16_NARROW)) == 0) return 1; /* a preference: run it */
   printf("SKIP [kernel %s] this CPU lacks its features (0x%x)\n", name, arch);
   return 0;
 }
@@ -1197,7 +1197,7 @@ static double kernel_tol(kl_wtype wt, const char* isa) {
 #define KNB 16 /* batch rows: 1, 3, 6, 8, 13, 16 (tiles of up to 4 or 6 rows, split evenly) */
 #define KR 40 /* largest R */
 
-static void test_cell_kernel(const kl_lstmcell_entry* k, const char* note) {
+static void test_cell_kernel(const kl_lstmcell_entry* k) {
   const kl_lstmcell_entry* ref = scalar_cell(k->wt);
   char why[200] = "";
   if (!ref) {
@@ -1256,8 +1256,9 @@ static void test_cell_kernel(const kl_lstmcell_entry* k, const char* note) {
                    special);
         free(w);
       }
-  check(ok, "[kernel %s] %s cell vs %s%s: R = 1, 2, 3, 17, 33, 40, 1/3/6/8/13/16 rows, +-inf / NaN in h, "
-        "NaN / inf in gates and c (tol %.0e); each row alone gives the same bits%s", k->name, wtype_name(k->wt), ref->name, note, tol, why);
+  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6/8/13/16 rows, +-inf / NaN in h, "
+        "NaN / inf in gates and c (tol %.0e); each row alone gives the same bits%s", k->name,
+        wtype_name(k->wt), ref->name, tol, why);
 }
 
 static void test_proj_kernel(const kl_lstmproj_entry* k) {
@@ -1666,21 +1667,9 @@ static void test_f16_conversion(void) {
 /* Every entry of every kernel list the CPU can run, whatever the ISA level. */
 static void test_kernel_lists(void) {
   test_f16_conversion();
-  const int f16_narrow = kl_f16_narrow_rows();
   for (size_t i = 0; i < kl_lstmcell_count; i++) {
     const kl_lstmcell_entry* k = &kl_lstmcell_list[i];
-    if (!k->arch || !cpu_has(k->arch, k->name)) continue;
-    if (k->wt == KL_W_F16 && strcmp(k->isa, "avx512f") == 0) {
-      /* single rows widened 16 and 8 halves at a time (the per-row bit check
-       * compares each with the multi-row tiles) */
-      kl_f16_narrow_rows_set(0);
-      test_cell_kernel(k, "");
-      kl_f16_narrow_rows_set(1);
-      test_cell_kernel(k, " (single rows widened 8 halves at a time)");
-      kl_f16_narrow_rows_set(f16_narrow);
-    } else {
-      test_cell_kernel(k, "");
-    }
+    if (k->arch && cpu_has(k->arch, k->name)) test_cell_kernel(k);
   }
   for (size_t i = 0; i < kl_lstmproj_count; i++)
     if (kl_lstmproj_list[i].arch && cpu_has(kl_lstmproj_list[i].arch, kl_lstmproj_list[i].name))
@@ -1721,14 +1710,18 @@ static void test_kernel_lists(void) {
         "[lists] every weight type has a scalar cell and projection; vector lists end with scalar");
 }
 
-/* The kernels the active level picks: per weight type, the first list entry it allows. */
+/* The kernels the active level picks: per weight type, the first list entry it
+ * allows; float16 both with and without the measured KL_ARCH_F16_NARROW. */
 static void test_dispatch(const char* name) {
-  const unsigned arch = kl_arch_active();
-  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
+  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16, KL_W_F16};
+  const int f16_narrow = kl_f16_narrow_rows();
   int ok = 1;
-  char why[200] = "";
+  char why[300] = "";
   for (size_t t = 0; t < sizeof(wts) / sizeof(wts[0]); t++) {
+    const int narrow = t == 4 ? !f16_narrow : f16_narrow; /* the second float16: the other way */
+    kl_f16_narrow_rows_set(narrow);
     const kl_kernels k = kl_select_kernels(wts[t]);
+    const unsigned arch = kl_arch_active() | (wts[t] == KL_W_F16 && narrow ? KL_ARCH_F16_NARROW : 0);
     /* the first allowed entry for batches; without AMX tiles for small calls */
     const kl_lstmcell_entry *want = NULL, *small = NULL;
     for (size_t i = 0; i < kl_lstmcell_count && !want; i++)
@@ -1743,8 +1736,9 @@ static void test_dispatch(const char* name) {
       snprintf(why + strlen(why), sizeof(why) - strlen(why), " %s=%s", wtype_name(wts[t]), want->name);
     }
   }
-  check(ok, "[%s] dispatch picks the first allowed list entry per type (without AMX below %d rows):%s",
-        name, KL_CELL_BATCH_MIN, why);
+  kl_f16_narrow_rows_set(f16_narrow);
+  check(ok, "[%s] dispatch picks the first allowed list entry per type (without AMX below %d rows; "
+        "float16 with and without the narrow preference):%s", name, KL_CELL_BATCH_MIN, why);
 }
 
 /* ---- main ---------------------------------------------------------------- */

@@ -48,29 +48,3 @@ void kl_bf16_lstmcell_ukernel__neon(size_t R, size_t Hp, size_t blk0, size_t blk
     }
   }
 }
-
-void kl_bf16_lstmproj_ukernel__neon(size_t H, size_t blk0, size_t blk1, const void* w,
-                                    size_t nb, const void* const* h_in, void* const* h_out) {
-  const size_t npair = (H + 1) / 2;
-  for (size_t blk = blk0; blk < blk1; blk++) {
-    const uint16_t* wp = (const uint16_t*)w + blk * npair * 32;
-    for (size_t e = 0; e < nb; e++) {
-      const float* h = (const float*)h_in[e];
-      float32x4_t acc[4];
-      _Pragma("GCC unroll 16")
-      for (int q = 0; q < 4; q++) acc[q] = vdupq_n_f32(0.0f);
-      for (size_t jp = 0; jp < npair; jp++) {
-        const float h0 = h[2 * jp], h1 = 2 * jp + 1 < H ? h[2 * jp + 1] : 0.0f;
-        const int odd = 2 * jp + 1 < H;
-        _Pragma("GCC unroll 16")
-        for (int q = 0; q < 4; q++) {
-          const uint16x8_t v = vld1q_u16(wp + jp * 32 + q * 8);
-          acc[q] = vfmaq_n_f32(acc[q], widen_even(v), h0);
-          if (odd) acc[q] = vfmaq_n_f32(acc[q], widen_odd(v), h1);
-        }
-      }
-      _Pragma("GCC unroll 16")
-      for (int q = 0; q < 4; q++) vst1q_f32((float*)h_out[e] + blk * 16 + q * 4, acc[q]);
-    }
-  }
-}

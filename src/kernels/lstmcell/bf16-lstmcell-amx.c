@@ -54,7 +54,7 @@ void kl_bf16_lstmcell_ukernel__amx(size_t R, size_t Hp, size_t blk0, size_t blk1
         const __m512 g4[4] = {_mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32),
                               _mm512_load_ps(a + 48)};
         const kl_cell_row* r = &rows[e0 + e];
-        kl_avx512_cell_update(g4, (const float*)r->gx, (const float*)bias, Hp, blk * KL_NR,
+        kl_avx512f_cell_update(g4, (const float*)r->gx, (const float*)bias, Hp, blk * KL_NR,
                               (float*)r->c, (float*)r->h_out);
       }
     }

@@ -49,7 +49,7 @@ KL_INLINE void cell_tile(size_t R, size_t Hp, size_t blk, const uint16_t* w, con
   }
   _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++)
-    kl_avx512_cell_update(acc[e], (const float*)rows[e].gx, bias, Hp, blk * KL_NR,
+    kl_avx512f_cell_update(acc[e], (const float*)rows[e].gx, bias, Hp, blk * KL_NR,
                           (float*)rows[e].c, (float*)rows[e].h_out);
 }
 
@@ -64,23 +64,6 @@ void kl_bf16_lstmcell_ukernel__avx512f(size_t R, size_t Hp, size_t blk0, size_t 
       case 2: cell_tile(R, Hp, blk, w, bias, rows + e, 2); break;
       case 1: cell_tile(R, Hp, blk, w, bias, rows + e, 1); break;
       default: break;
-    }
-  }
-}
-
-void kl_bf16_lstmproj_ukernel__avx512f(size_t H, size_t blk0, size_t blk1, const void* w,
-                                       size_t nb, const void* const* h_in, void* const* h_out) {
-  const size_t npair = (H + 1) / 2;
-  for (size_t blk = blk0; blk < blk1; blk++) {
-    const uint16_t* wp = (const uint16_t*)w + blk * npair * 32;
-    for (size_t e = 0; e < nb; e++) {
-      const float* h = (const float*)h_in[e];
-      __m512 acc = _mm512_setzero_ps();
-      for (size_t j = 0; j < H; j++) {
-        const __m512i v = _mm512_load_si512((const void*)(wp + (j / 2) * 32));
-        acc = _mm512_fmadd_ps((j & 1) ? odd_ps(v) : even_ps(v), _mm512_set1_ps(h[j]), acc);
-      }
-      _mm512_storeu_ps((float*)h_out[e] + blk * 16, acc);
     }
   }
 }

@@ -48,7 +48,7 @@ KL_INLINE void cell_tile(size_t npair, size_t Hp, size_t blk, const uint16_t* w,
   }
   _Pragma("GCC unroll 8")
   for (int e = 0; e < NB; e++)
-    kl_avx512_cell_update(acc[e], (const float*)rows[e].gx, bias, Hp, blk * KL_NR,
+    kl_avx512f_cell_update(acc[e], (const float*)rows[e].gx, bias, Hp, blk * KL_NR,
                           (float*)rows[e].c, (float*)rows[e].h_out);
 }
 
