@@ -73,7 +73,7 @@ ISA_FLAGS = {
             "-avx512f.c": ["-mavx512f", "-mfma"],
             "-avx512bf16.c": ["-mavx512f", "-mavx512bf16", "-mfma"],
             "-avx2f16c.c": ["-mavx2", "-mfma", "-mf16c"],
-            "-amx.c": ["-mavx512f", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]},
+            "-avx512amx.c": ["-mavx512f", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]},
     "arm": {"-neon.c": [],  # NEON is baseline on AArch64
             "-neonbf16.c": ["-march=armv8.2-a+bf16"]},
 }

@@ -41,9 +41,9 @@ static unsigned level_allows(kl_isa isa) {
     case KL_ISA_AVX512_BF16:
       return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16;
     case KL_ISA_AVX512_AMX:
-      return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16 | KL_ARCH_AMX_BF16;
+      return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16 | KL_ARCH_AVX512AMX;
     case KL_ISA_NEON: return KL_ARCH_NEON;
-    case KL_ISA_NEON_BF16: return KL_ARCH_NEON | KL_ARCH_NEON_BF16;
+    case KL_ISA_NEON_BF16: return KL_ARCH_NEON | KL_ARCH_NEONBF16;
   }
   return 0;
 }
@@ -97,7 +97,7 @@ static void detect(void) {
     if (__builtin_cpu_supports("avx512f")) {
       g_arch |= KL_ARCH_AVX512F;
       if (__builtin_cpu_supports("avx512bf16")) g_arch |= KL_ARCH_AVX512BF16;
-      if (amx_usable()) g_arch |= KL_ARCH_AMX_BF16;
+      if (amx_usable()) g_arch |= KL_ARCH_AVX512AMX;
     }
   }
 #elif defined(KL_HAVE_NEON)
@@ -105,7 +105,7 @@ static void detect(void) {
   const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
   if (hw & KL_HWCAP_ASIMD) {
     g_arch |= KL_ARCH_NEON;
-    if (hw2 & KL_HWCAP2_BF16) g_arch |= KL_ARCH_NEON_BF16;
+    if (hw2 & KL_HWCAP2_BF16) g_arch |= KL_ARCH_NEONBF16;
   }
 #else
   /* Advanced SIMD is part of every AArch64 CPU; BF16 is not probed off Linux. */
@@ -332,7 +332,7 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
   /* Without a low-precision GEMM entry, a bfloat16 or float16 layer projects
    * its input with float32 W_ih: the float32 kernels serve it as they serve float32. */
   const kl_wtype wx = g ? wt : wt == KL_W_F64 ? KL_W_F64 : KL_W_F32;
-  kl_kernels k = {.cell = first_cell(wt, arch & ~KL_ARCH_AMX_BF16),
+  kl_kernels k = {.cell = first_cell(wt, arch & ~KL_ARCH_AVX512AMX),
                   .cell_batch = first_cell(wt, arch),
                   .proj = first_proj(wt, arch),
                   .gemm = g ? g->gemm : NULL,

@@ -53,7 +53,7 @@ typedef void (*kl_f32_to_bf16_pairs_fn)(size_t M, size_t K, const float* X, size
                                         uint32_t* out);
 
 /* float32 products on AMX tiles, six bfloat16 products per element
- * (f32-x6gemm-amx.c: operand layout, accuracy): the packers split float32 rows
+ * (f32-x6gemm-avx512amx.c: operand layout, accuracy): the packers split float32 rows
  * into three bfloat16 tile blocks each (split s at + s*stride bytes) and return
  * 1 when a value cannot be split (non-finite); the GEMM takes M rows of the A
  * blocks, N (a multiple of 32) columns of the W blocks and nks = ceil(K / 32). */
@@ -197,15 +197,16 @@ void kl_barrier_wait(kl_barrier* b, int i);
 #define KL_HAVE_NEON 1
 #endif
 
-/* CPU features a kernel needs: the first argument of each list line. cpu.c
+/* CPU features a kernel needs: the first argument of each list line, named as
+ * the kernel file suffixes (avx2fma, avx512amx, ...). cpu.c
  * detects them once; an ISA level (kl_isa) allows a subset of them. */
 #define KL_ARCH_AVX2FMA 0x01u    /* AVX2 + FMA */
 #define KL_ARCH_F16C 0x02u       /* half <-> float conversion (vcvtph2ps) */
 #define KL_ARCH_AVX512F 0x04u
 #define KL_ARCH_AVX512BF16 0x08u /* AVX512_BF16 (vdpbf16ps) */
 #define KL_ARCH_NEON 0x10u       /* AArch64 Advanced SIMD (FCVTL half conversion included) */
-#define KL_ARCH_NEON_BF16 0x20u  /* FEAT_BF16 (BFDOT) */
-#define KL_ARCH_AMX_BF16 0x40u   /* AMX-TILE + AMX-BF16 (tdpbf16ps), and the OS lets us use them */
+#define KL_ARCH_NEONBF16 0x20u   /* FEAT_BF16 (BFDOT) */
+#define KL_ARCH_AVX512AMX 0x40u  /* AMX-TILE + AMX-BF16 (tdpbf16ps), and the OS lets us use them */
 /* Not a CPU feature: float16 single rows run faster widened 8 halves at a time
  * (measured once, kl_f16_narrow_rows); the dispatch adds it for float16. */
 #define KL_ARCH_F16_NARROW 0x80u

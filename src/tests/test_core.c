@@ -1191,7 +1191,7 @@ static const kl_lstmproj_entry* scalar_proj(kl_wtype wt) {
 
 /* Kernels that round h to bfloat16 (BF16 dot-product instructions) are looser. */
 static double kernel_tol(kl_wtype wt, const char* isa) {
-  return wt == KL_W_BF16 && (strstr(isa, "bf16") || strcmp(isa, "amx") == 0) ? 2e-2 : 2e-5;
+  return wt == KL_W_BF16 && (strstr(isa, "bf16") || strcmp(isa, "avx512amx") == 0) ? 2e-2 : 2e-5;
 }
 
 #define KNB 16 /* batch rows: 1, 3, 6, 8, 13, 16 (tiles of up to 4 or 6 rows, split evenly) */
@@ -1727,7 +1727,7 @@ static void test_dispatch(const char* name) {
     for (size_t i = 0; i < kl_lstmcell_count && !want; i++)
       if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~arch) == 0) want = &kl_lstmcell_list[i];
     for (size_t i = 0; i < kl_lstmcell_count && !small; i++)
-      if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~(arch & ~KL_ARCH_AMX_BF16)) == 0)
+      if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~(arch & ~KL_ARCH_AVX512AMX)) == 0)
         small = &kl_lstmcell_list[i];
     if (!want || !small || k.cell != small->fn || (k.cell_batch ? k.cell_batch : k.cell) != want->fn) {
       ok = 0;

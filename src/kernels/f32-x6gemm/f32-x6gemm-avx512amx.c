@@ -24,19 +24,19 @@
  *      l*4 for column l, pair p.
  * Rows past M, columns past N and pairs past K are zero. */
 #include "internal.h"
-#include "amx-tile.h"
+#include "avx512amx-tile.h"
 
 #define X6_TILE 1024
 #define X6_BLOCK(nks) ((size_t)(nks) * 2 * X6_TILE) /* one 32-row (32-column) block of one split */
 
 /* C[M, N] (ldc) = A W^T for M rows of the A blocks at A (block 0 = row 0) and N
  * (a multiple of 32) columns of the W blocks at W; nks k-steps. */
-void kl_f32_x6gemm_ukernel__amx(size_t M, size_t N, size_t nks, const uint8_t* A, size_t sa,
+void kl_f32_x6gemm_ukernel__avx512amx(size_t M, size_t N, size_t nks, const uint8_t* A, size_t sa,
                                 const uint8_t* W, size_t sw, float* C, size_t ldc) {
   /* (A split, W split): the small products first */
   static const int ta[6] = {2, 1, 0, 1, 0, 0}, tw[6] = {0, 1, 2, 0, 1, 0};
   const size_t blk = X6_BLOCK(nks), ldcb = ldc * sizeof(float);
-  kl_amx_configure2(16, 16);
+  kl_avx512amx_configure2(16, 16);
   for (size_t nb = 0; nb < N; nb += 128) {
     const size_t ne = nb + 128 < N ? nb + 128 : N;
     for (size_t m = 0; m < M; m += 32) {
@@ -46,7 +46,7 @@ void kl_f32_x6gemm_ukernel__amx(size_t M, size_t N, size_t nks, const uint8_t* A
         _tile_zero(2);
         _tile_zero(3);
         for (int t = 0; t < 6; t++)
-          kl_amx_2x2_ksteps(nks, A + (size_t)ta[t] * sa + (m / 32) * blk, 64, X6_TILE, 2 * X6_TILE,
+          kl_avx512amx_2x2_ksteps(nks, A + (size_t)ta[t] * sa + (m / 32) * blk, 64, X6_TILE, 2 * X6_TILE,
                             W + (size_t)tw[t] * sw + (n / 32) * blk, 64, X6_TILE, 2 * X6_TILE, 1);
         float* c = C + m * ldc + n;
         if (M - m >= 32) {
@@ -115,7 +115,7 @@ static inline void load32(const float* x, size_t k, size_t K, __m512* lo, __m512
 /* Rows [m0, m1) of X (K floats, row stride ldx) into the A blocks (m0 a
  * multiple of 32; rows from M on are written as zeros, so m1 = M rounded up to
  * 32 completes the last block); returns 1 if some x cannot be split. */
-int kl_f32_x6pack_a__amx(size_t M, size_t K, const float* X, size_t ldx, size_t m0, size_t m1,
+int kl_f32_x6pack_a__avx512amx(size_t M, size_t K, const float* X, size_t ldx, size_t m0, size_t m1,
                          uint8_t* A, size_t sa) {
   const size_t nks = (K + 31) / 32, blk = X6_BLOCK(nks);
   int bad = 0;
@@ -139,7 +139,7 @@ int kl_f32_x6pack_a__amx(size_t M, size_t K, const float* X, size_t ldx, size_t 
 /* Columns [c0, c1) (multiples of 32) of W^T into the W blocks: column n is
  * rows[n] (K floats) or zero (rows[n] NULL); returns 1 if some w cannot be
  * split. */
-int kl_f32_x6pack_w__amx(size_t K, const float* const* rows, size_t c0, size_t c1, uint8_t* W,
+int kl_f32_x6pack_w__avx512amx(size_t K, const float* const* rows, size_t c0, size_t c1, uint8_t* W,
                          size_t sw) {
   const size_t nks = (K + 31) / 32, blk = X6_BLOCK(nks);
   const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),

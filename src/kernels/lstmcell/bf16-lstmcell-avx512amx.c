@@ -11,15 +11,15 @@
  * rows) never mix, so no row depends on which rows share its tile.
  * h longer than AMX_MAX_PAIRS pairs goes to the vdpbf16ps kernel. */
 #include "internal.h"
-#include "amx-tile.h"
+#include "avx512amx-tile.h"
 #include "avx512f-math.h"
 
 #define AMX_MAX_PAIRS 512 /* R <= 1024 */
 
-void kl_bf16_lstmcell_ukernel__amx(size_t R, size_t Hp, size_t blk0, size_t blk1, const void* w,
+void kl_bf16_lstmcell_ukernel__avx512amx(size_t R, size_t Hp, size_t blk0, size_t blk1, const void* w,
                                    const void* bias, size_t nb, const kl_cell_row* rows) {
-  const size_t npair = (R + 1) / 2, kfull = npair / KL_AMX_KB * KL_AMX_KB;
-  const size_t ld = (npair + KL_AMX_KB - 1) / KL_AMX_KB * KL_AMX_KB; /* pairs per h row, padded */
+  const size_t npair = (R + 1) / 2, kfull = npair / KL_AVX512AMX_KB * KL_AVX512AMX_KB;
+  const size_t ld = (npair + KL_AVX512AMX_KB - 1) / KL_AVX512AMX_KB * KL_AVX512AMX_KB; /* pairs per h row, padded */
   if (ld > AMX_MAX_PAIRS) {
     kl_bf16_lstmcell_ukernel__avx512bf16(R, Hp, blk0, blk1, w, bias, nb, rows);
     return;
@@ -35,20 +35,20 @@ void kl_bf16_lstmcell_ukernel__amx(size_t R, size_t Hp, size_t blk0, size_t blk1
       for (size_t p = npair; p < ld; p++) he[p] = 0;
     }
     KL_MEMORY_BARRIER();
-    kl_amx_configure((int)n);
+    kl_avx512amx_configure((int)n);
     for (size_t blk = blk0; blk < blk1; blk++) {
       const uint16_t* wp = (const uint16_t*)w + blk * npair * 128;
-      kl_amx_zero_acc();
-      for (size_t kb = 0; kb < kfull; kb += KL_AMX_KB) {
+      kl_avx512amx_zero_acc();
+      for (size_t kb = 0; kb < kfull; kb += KL_AVX512AMX_KB) {
         _tile_loadd(4, hb + kb, ld * sizeof(uint32_t));
-        kl_amx_panel_product((const uint8_t*)(wp + kb * 128), 64, 256);
+        kl_avx512amx_panel_product((const uint8_t*)(wp + kb * 128), 64, 256);
       }
       if (kfull < npair) { /* h rows are zero past npair; the panel's tail is copied */
-        kl_amx_panel_tail(wp, kfull, npair, btail);
+        kl_avx512amx_panel_tail(wp, kfull, npair, btail);
         _tile_loadd(4, hb + kfull, ld * sizeof(uint32_t));
-        kl_amx_panel_product(btail, 1024, 64);
+        kl_avx512amx_panel_product(btail, 1024, 64);
       }
-      kl_amx_store_acc(acc, 64);
+      kl_avx512amx_store_acc(acc, 64);
       for (size_t e = 0; e < n; e++) {
         const float* a = acc + e * 64;
         const __m512 g4[4] = {_mm512_load_ps(a), _mm512_load_ps(a + 16), _mm512_load_ps(a + 32),
