@@ -198,8 +198,8 @@ void kl_barrier_wait(kl_barrier* b, int i);
 #endif
 
 /* CPU features a kernel needs: the first argument of each list line, named as
- * the kernel file suffixes (avx2fma, avx512amx, ...). cpu.c
- * detects them once; an ISA level (kl_isa) allows a subset of them. */
+ * the kernel file suffixes (avx2fma, avx512amx, ...). cpu.c detects them once;
+ * an ISA level (kl_isa) allows a subset of them. */
 #define KL_ARCH_AVX2FMA 0x01u    /* AVX2 + FMA */
 #define KL_ARCH_F16C 0x02u       /* half <-> float conversion (vcvtph2ps) */
 #define KL_ARCH_AVX512F 0x04u

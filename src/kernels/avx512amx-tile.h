@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define KL_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
-#define KL_AVX512AMX_KB 16 /* bfloat16 pairs per A/B tile */
+#define KL_AMX_KB 16 /* bfloat16 pairs per A/B tile */
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -70,7 +70,7 @@ static inline void kl_avx512amx_store_acc(float* c, size_t ldc) {
  * panel (pair kp of group j at panel + (kp*4 + j)*32), zero-padded to 16
  * pairs each: out[j*1024 bytes ...], read with a 64-byte stride. */
 static inline void kl_avx512amx_panel_tail(const uint16_t* panel, size_t kfull, size_t npair,
-                                     uint8_t out[4 * 1024]) {
+                                           uint8_t out[4 * 1024]) {
   memset(out, 0, 4 * 1024);
   for (size_t kp = kfull; kp < npair; kp++)
     for (int j = 0; j < 4; j++)
@@ -82,8 +82,7 @@ static inline void kl_avx512amx_panel_tail(const uint16_t* panel, size_t kfull, 
  * tmm0..3 accumulate a 32 x 32 block of C: rows [0,16) x columns [0,16),
  * [0,16) x [16,32), [16,32) x [0,16), [16,32) x [16,32); tmm4/tmm5 hold A's
  * two 16-row halves, tmm6/tmm7 B's two 16-column groups. Each loaded tile
- * serves two products (the 1 x 4 blocking above loads five tiles per four):
- * VM, 1 thread, 512 x 128 x 640 bfloat16, 1.1-1.3 vs 0.7-0.8 TFLOP/s. */
+ * serves two products (the 1 x 4 blocking above loads five tiles per four). */
 static inline void kl_avx512amx_configure2(int rows0, int rows1) {
   _Alignas(64) kl_avx512amx_config cfg;
   memset(&cfg, 0, sizeof(cfg));
@@ -100,8 +99,8 @@ static inline void kl_avx512amx_configure2(int rows0, int rows1) {
  * (row stride a_ld bytes), rows 16-31 a_half bytes on (skipped when !both);
  * W's columns 0-15 at b + ks*b_step (pair stride b_ld), columns 16-31 b_half on. */
 static inline void kl_avx512amx_2x2_ksteps(size_t nks, const uint8_t* a, size_t a_ld, size_t a_half,
-                                     size_t a_step, const uint8_t* b, size_t b_ld, size_t b_half,
-                                     size_t b_step, int both) {
+                                           size_t a_step, const uint8_t* b, size_t b_ld, size_t b_half,
+                                           size_t b_step, int both) {
   for (size_t ks = 0; ks < nks; ks++, a += a_step, b += b_step) {
     _tile_loadd(4, a, a_ld);
     _tile_loadd(6, b, b_ld);

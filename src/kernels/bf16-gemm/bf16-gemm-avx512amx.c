@@ -7,8 +7,7 @@
  * at pair kp are 64 bytes, and pair kp+1 of the same group lies 256 bytes on.
  *
  * The 2 x 2 tile blocks of avx512amx-tile.h, columns in blocks of 128 (B's block,
- * 128 * Kp * 4 bytes, stays in L2 while the 32-row blocks of A pass: VM, 1
- * thread, 512 x 512 x 640 at once ~1.0 TFLOP/s, by 128 columns 1.2-1.6). Each
+ * 128 * Kp * 4 bytes, stays in L2 while the 32-row blocks of A pass). Each
  * C element adds the 16-pair sums of k-blocks in k order. A row tail runs with
  * 16 + r or r tile rows; a pair tail (Kp % 16) reads zero-padded copies, so no
  * tile reads past its operand. tdpbf16ps treats
@@ -20,8 +19,8 @@
 #include "avx512amx-tile.h"
 
 void kl_bf16_gemm_ukernel__avx512amx(size_t M, size_t N, size_t Kp, const uint32_t* A,
-                               const uint16_t* W, float* C, size_t ldc) {
-  const size_t kfull = Kp / KL_AVX512AMX_KB * KL_AVX512AMX_KB;
+                                     const uint16_t* W, float* C, size_t ldc) {
+  const size_t kfull = Kp / KL_AMX_KB * KL_AMX_KB;
   const size_t lda = Kp * sizeof(uint32_t), ldcb = ldc * sizeof(float);
   int cfg0 = -1, cfg1 = -1;
   for (size_t nb = 0; nb < N; nb += 128) {
@@ -42,21 +41,21 @@ void kl_bf16_gemm_ukernel__avx512amx(size_t M, size_t N, size_t Kp, const uint32
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
-        kl_avx512amx_2x2_ksteps(kfull / KL_AVX512AMX_KB, (const uint8_t*)a, lda, 16 * lda, KL_AVX512AMX_KB * sizeof(uint32_t), b,
-                          256, 64, KL_AVX512AMX_KB * 256, r1 != 0);
+        kl_avx512amx_2x2_ksteps(kfull / KL_AMX_KB, (const uint8_t*)a, lda, 16 * lda, KL_AMX_KB * sizeof(uint32_t), b,
+                                256, 64, KL_AMX_KB * 256, r1 != 0);
         if (kfull < Kp) {
-          _Alignas(64) uint32_t at[32 * KL_AVX512AMX_KB];
+          _Alignas(64) uint32_t at[32 * KL_AMX_KB];
           _Alignas(64) uint8_t bt[2 * 1024];
           memset(at, 0, sizeof(at));
           memset(bt, 0, sizeof(bt));
           for (int r = 0; r < r0 + r1; r++)
-            memcpy(at + (size_t)r * KL_AVX512AMX_KB, a + (size_t)r * Kp + kfull, (Kp - kfull) * sizeof(uint32_t));
+            memcpy(at + (size_t)r * KL_AMX_KB, a + (size_t)r * Kp + kfull, (Kp - kfull) * sizeof(uint32_t));
           for (size_t kp = kfull; kp < Kp; kp++)
             for (int j = 0; j < 2; j++)
               memcpy(bt + (size_t)j * 1024 + (kp - kfull) * 64, b + kp * 256 + (size_t)j * 64, 64);
           KL_MEMORY_BARRIER();
-          kl_avx512amx_2x2_ksteps(1, (const uint8_t*)at, KL_AVX512AMX_KB * sizeof(uint32_t), 16 * KL_AVX512AMX_KB * sizeof(uint32_t),
-                            0, bt, 64, 1024, 0, r1 != 0);
+          kl_avx512amx_2x2_ksteps(1, (const uint8_t*)at, KL_AMX_KB * sizeof(uint32_t), 16 * KL_AMX_KB * sizeof(uint32_t),
+                                  0, bt, 64, 1024, 0, r1 != 0);
         }
         float* c = C + m * ldc + n;
         _tile_stored(0, c, ldcb);

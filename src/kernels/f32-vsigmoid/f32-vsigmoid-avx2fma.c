@@ -1,4 +1,5 @@
-/* float32 sigmoid over n values for AVX2 + FMA (avx2fma-math.h), a zero-filled copy for the tail. */
+/* float32 sigmoid over n values for AVX2 + FMA (avx2fma-math.h), a zero-filled
+ * copy for the tail. */
 #include <immintrin.h>
 
 #include "internal.h"

@@ -1,4 +1,5 @@
-/* float32 sigmoid over n values, portable C (1 / (1 + expf(-x))): the reference of the vector entries. */
+/* float32 sigmoid over n values, portable C (1 / (1 + expf(-x))): the reference of
+ * the vector entries. */
 #include <math.h>
 
 #include "internal.h"

@@ -1,4 +1,5 @@
-/* float32 tanh over n values for AVX-512F (avx512f-math.h), a masked load/store for the tail. */
+/* float32 tanh over n values for AVX-512F (avx512f-math.h), a masked load/store
+ * for the tail. */
 #include <immintrin.h>
 
 #include "internal.h"

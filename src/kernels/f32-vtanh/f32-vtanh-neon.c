@@ -1,4 +1,5 @@
-/* float32 tanh over n values for AArch64 NEON (neon-math.h), a zero-filled copy for the tail. */
+/* float32 tanh over n values for AArch64 NEON (neon-math.h), a zero-filled copy
+ * for the tail. */
 #include <arm_neon.h>
 
 #include "internal.h"

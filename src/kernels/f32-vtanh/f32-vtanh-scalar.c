@@ -1,4 +1,5 @@
-/* float32 tanh over n values, portable C (tanhf): the reference of the vector entries. */
+/* float32 tanh over n values, portable C (tanhf): the reference of the vector
+ * entries. */
 #include <math.h>
 
 #include "internal.h"

@@ -31,8 +31,9 @@
 
 /* C[M, N] (ldc) = A W^T for M rows of the A blocks at A (block 0 = row 0) and N
  * (a multiple of 32) columns of the W blocks at W; nks k-steps. */
-void kl_f32_x6gemm_ukernel__avx512amx(size_t M, size_t N, size_t nks, const uint8_t* A, size_t sa,
-                                const uint8_t* W, size_t sw, float* C, size_t ldc) {
+void kl_f32_x6gemm_ukernel__avx512amx(size_t M, size_t N, size_t nks, const uint8_t* A,
+                                      size_t sa, const uint8_t* W, size_t sw, float* C,
+                                      size_t ldc) {
   /* (A split, W split): the small products first */
   static const int ta[6] = {2, 1, 0, 1, 0, 0}, tw[6] = {0, 1, 2, 0, 1, 0};
   const size_t blk = X6_BLOCK(nks), ldcb = ldc * sizeof(float);
@@ -47,7 +48,7 @@ void kl_f32_x6gemm_ukernel__avx512amx(size_t M, size_t N, size_t nks, const uint
         _tile_zero(3);
         for (int t = 0; t < 6; t++)
           kl_avx512amx_2x2_ksteps(nks, A + (size_t)ta[t] * sa + (m / 32) * blk, 64, X6_TILE, 2 * X6_TILE,
-                            W + (size_t)tw[t] * sw + (n / 32) * blk, 64, X6_TILE, 2 * X6_TILE, 1);
+                                  W + (size_t)tw[t] * sw + (n / 32) * blk, 64, X6_TILE, 2 * X6_TILE, 1);
         float* c = C + m * ldc + n;
         if (M - m >= 32) {
           _tile_stored(0, c, ldcb);
@@ -115,8 +116,8 @@ static inline void load32(const float* x, size_t k, size_t K, __m512* lo, __m512
 /* Rows [m0, m1) of X (K floats, row stride ldx) into the A blocks (m0 a
  * multiple of 32; rows from M on are written as zeros, so m1 = M rounded up to
  * 32 completes the last block); returns 1 if some x cannot be split. */
-int kl_f32_x6pack_a__avx512amx(size_t M, size_t K, const float* X, size_t ldx, size_t m0, size_t m1,
-                         uint8_t* A, size_t sa) {
+int kl_f32_x6pack_a__avx512amx(size_t M, size_t K, const float* X, size_t ldx, size_t m0,
+                               size_t m1, uint8_t* A, size_t sa) {
   const size_t nks = (K + 31) / 32, blk = X6_BLOCK(nks);
   int bad = 0;
   for (size_t m = m0; m < m1; m++) {
@@ -139,8 +140,8 @@ int kl_f32_x6pack_a__avx512amx(size_t M, size_t K, const float* X, size_t ldx, s
 /* Columns [c0, c1) (multiples of 32) of W^T into the W blocks: column n is
  * rows[n] (K floats) or zero (rows[n] NULL); returns 1 if some w cannot be
  * split. */
-int kl_f32_x6pack_w__avx512amx(size_t K, const float* const* rows, size_t c0, size_t c1, uint8_t* W,
-                         size_t sw) {
+int kl_f32_x6pack_w__avx512amx(size_t K, const float* const* rows, size_t c0, size_t c1,
+                               uint8_t* W, size_t sw) {
   const size_t nks = (K + 31) / 32, blk = X6_BLOCK(nks);
   const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                          _mm512_set1_epi32(16));

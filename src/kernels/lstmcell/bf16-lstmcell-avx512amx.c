@@ -16,10 +16,12 @@
 
 #define AMX_MAX_PAIRS 512 /* R <= 1024 */
 
-void kl_bf16_lstmcell_ukernel__avx512amx(size_t R, size_t Hp, size_t blk0, size_t blk1, const void* w,
-                                   const void* bias, size_t nb, const kl_cell_row* rows) {
-  const size_t npair = (R + 1) / 2, kfull = npair / KL_AVX512AMX_KB * KL_AVX512AMX_KB;
-  const size_t ld = (npair + KL_AVX512AMX_KB - 1) / KL_AVX512AMX_KB * KL_AVX512AMX_KB; /* pairs per h row, padded */
+void kl_bf16_lstmcell_ukernel__avx512amx(size_t R, size_t Hp, size_t blk0, size_t blk1,
+                                         const void* w, const void* bias, size_t nb,
+                                         const kl_cell_row* rows) {
+  const size_t npair = (R + 1) / 2, kfull = npair / KL_AMX_KB * KL_AMX_KB;
+  /* pairs per h row, padded */
+  const size_t ld = (npair + KL_AMX_KB - 1) / KL_AMX_KB * KL_AMX_KB;
   if (ld > AMX_MAX_PAIRS) {
     kl_bf16_lstmcell_ukernel__avx512bf16(R, Hp, blk0, blk1, w, bias, nb, rows);
     return;
@@ -39,7 +41,7 @@ void kl_bf16_lstmcell_ukernel__avx512amx(size_t R, size_t Hp, size_t blk0, size_
     for (size_t blk = blk0; blk < blk1; blk++) {
       const uint16_t* wp = (const uint16_t*)w + blk * npair * 128;
       kl_avx512amx_zero_acc();
-      for (size_t kb = 0; kb < kfull; kb += KL_AVX512AMX_KB) {
+      for (size_t kb = 0; kb < kfull; kb += KL_AMX_KB) {
         _tile_loadd(4, hb + kb, ld * sizeof(uint32_t));
         kl_avx512amx_panel_product((const uint8_t*)(wp + kb * 128), 64, 256);
       }
