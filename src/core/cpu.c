@@ -327,7 +327,8 @@ static kl_f32_pgemm_ukernel_fn first_vector_pgemm(kl_wtype wt, unsigned arch) {
 }
 
 kl_kernels kl_select_kernels(kl_wtype wt) {
-  const unsigned arch = kl_arch_active() | (wt == KL_W_F16 && kl_f16_narrow_rows() ? KL_ARCH_F16_NARROW : 0);
+  unsigned arch = kl_arch_active();
+  if (wt == KL_W_F16 && kl_f16_narrow_rows()) arch |= KL_ARCH_F16_NARROW; /* decided here, once */
   const kl_gemm_entry* g = first_gemm(wt, arch);
   /* Without a low-precision GEMM entry, a bfloat16 or float16 layer projects
    * its input with float32 W_ih: the float32 kernels serve it as they serve float32. */
