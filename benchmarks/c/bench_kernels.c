@@ -211,8 +211,9 @@ int main(int argc, char** argv) {
     c->w = random_weights(k->wt, 8 * H * 16);
   }
   for (int v = 0; v < 3; v++) {
-    const kl_vunary_entry* list = v == 2 ? kl_vgelu_list : v ? kl_vtanh_list : kl_vsigmoid_list;
-    const size_t cnt = v == 2 ? kl_vgelu_count : v ? kl_vtanh_count : kl_vsigmoid_count;
+    const kl_vunary_entry* list =
+        v == 2 ? kl_f32_vgelu_list : v ? kl_f32_vtanh_list : kl_f32_vsigmoid_list;
+    const size_t cnt = v == 2 ? kl_f32_vgelu_count : v ? kl_f32_vtanh_count : kl_f32_vsigmoid_count;
     for (size_t i = 0; i < cnt; i++) {
       if (list[i].arch & ~cpu) continue;
       bcase* c = add_case(cs, &n, v == 2 ? "f32-vgelu" : v ? "f32-vtanh" : "f32-vsigmoid", list[i].name, 2,
@@ -220,34 +221,34 @@ int main(int argc, char** argv) {
       snprintf(c->what, sizeof(c->what), "n=1024");
     }
   }
-  for (size_t i = 0; i < kl_rsum_count; i++) {
-    if (kl_rsum_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "f32-rsum", kl_rsum_list[i].name, 3,
-                        (const void*)kl_rsum_list[i].fn, KL_W_F32, 20);
+  for (size_t i = 0; i < kl_f32_rsum_count; i++) {
+    if (kl_f32_rsum_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "f32-rsum", kl_f32_rsum_list[i].name, 3,
+                        (const void*)kl_f32_rsum_list[i].fn, KL_W_F32, 20);
     snprintf(c->what, sizeof(c->what), "1 MiB");
     c->w = random_weights(KL_W_F32, (1u << 20) / 4);
   }
-  for (size_t i = 0; i < kl_fp_count; i++) {
-    if (kl_fp_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "u64-fingerprint", kl_fp_list[i].name, 5,
-                        (const void*)kl_fp_list[i].fn, KL_W_F32, 20);
+  for (size_t i = 0; i < kl_u64_fingerprint_count; i++) {
+    if (kl_u64_fingerprint_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "u64-fingerprint", kl_u64_fingerprint_list[i].name, 5,
+                        (const void*)kl_u64_fingerprint_list[i].fn, KL_W_F32, 20);
     snprintf(c->what, sizeof(c->what), "1 MiB");
     c->w = random_weights(KL_W_F32, (1u << 20) / 4);
   }
-  for (size_t i = 0; i < kl_gemm_count; i++) {
-    if (kl_gemm_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "gemm", kl_gemm_list[i].name, 4, (const void*)kl_gemm_list[i].gemm,
-                        kl_gemm_list[i].wt, 1);
-    snprintf(c->what, sizeof(c->what), "%s 256x2048x640 + rounding", wname(kl_gemm_list[i].wt));
-    c->fn2 = (const void*)kl_gemm_list[i].pack;
+  for (size_t i = 0; i < kl_bf16_gemm_count; i++) {
+    if (kl_bf16_gemm_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "bf16-gemm", kl_bf16_gemm_list[i].name, 4,
+                        (const void*)kl_bf16_gemm_list[i].gemm, kl_bf16_gemm_list[i].wt, 1);
+    snprintf(c->what, sizeof(c->what), "%s 256x2048x640 + rounding", wname(kl_bf16_gemm_list[i].wt));
+    c->fn2 = (const void*)kl_bf16_gemm_list[i].pack;
     c->w = random_weights(KL_W_BF16, 2048 * 640);
   }
-  for (size_t i = 0; i < kl_x6gemm_count; i++) {
-    if (kl_x6gemm_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "f32-x6gemm", kl_x6gemm_list[i].name, 8,
-                        (const void*)kl_x6gemm_list[i].gemm, KL_W_F32, 1);
+  for (size_t i = 0; i < kl_f32_x6gemm_count; i++) {
+    if (kl_f32_x6gemm_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "f32-x6gemm", kl_f32_x6gemm_list[i].name, 8,
+                        (const void*)kl_f32_x6gemm_list[i].gemm, KL_W_F32, 1);
     snprintf(c->what, sizeof(c->what), "256x2048x640 + packing A, W");
-    c->fn2 = (const void*)&kl_x6gemm_list[i];
+    c->fn2 = (const void*)&kl_f32_x6gemm_list[i];
     c->w = xalloc(2048 * 640 * 4 + 3 * (kl_x6_split_bytes(256, 640) + kl_x6_split_bytes(2048, 640)));
     for (size_t j = 0; j < 2048 * 640; j++) ((float*)c->w)[j] = frand(-0.05f, 0.05f);
   }

@@ -243,22 +243,22 @@ const kl_lstmcell_entry kl_lstmcell_list[] = {
 const kl_lstmproj_entry kl_lstmproj_list[] = {
 #include "lstmproj.inc"
 };
-const kl_vunary_entry kl_vsigmoid_list[] = {
+const kl_vunary_entry kl_f32_vsigmoid_list[] = {
 #include "f32-vsigmoid.inc"
 };
-const kl_vunary_entry kl_vtanh_list[] = {
+const kl_vunary_entry kl_f32_vtanh_list[] = {
 #include "f32-vtanh.inc"
 };
-const kl_vunary_entry kl_vgelu_list[] = {
+const kl_vunary_entry kl_f32_vgelu_list[] = {
 #include "f32-vgelu.inc"
 };
-const kl_rsum_entry kl_rsum_list[] = {
+const kl_rsum_entry kl_f32_rsum_list[] = {
 #include "f32-rsum.inc"
 };
-const kl_fp_entry kl_fp_list[] = {
+const kl_fp_entry kl_u64_fingerprint_list[] = {
 #include "u64-fingerprint.inc"
 };
-const kl_vunary_entry kl_softmax_list[] = {
+const kl_vunary_entry kl_f32_softmax_list[] = {
 #include "f32-softmax.inc"
 };
 const kl_f32_pgemm_entry kl_f32_pgemm_list[] = {
@@ -270,13 +270,13 @@ const kl_f32_gemm_entry kl_f32_gemm_list[] = {
 };
 #undef KL_KERNEL
 #define KL_GEMM(arch, wt, isa, gemm, pack) {arch, wt, #isa, #gemm, gemm, pack},
-const kl_gemm_entry kl_gemm_list[] = {
+const kl_gemm_entry kl_bf16_gemm_list[] = {
 #include "bf16-gemm.inc"
     {0, KL_W_F32, NULL, NULL, NULL, NULL} /* end (the list may be empty) */
 };
 #undef KL_GEMM
 #define KL_X6GEMM(arch, isa, gemm, pack_a, pack_w) {arch, #isa, #gemm, gemm, pack_a, pack_w},
-const kl_x6gemm_entry kl_x6gemm_list[] = {
+const kl_x6gemm_entry kl_f32_x6gemm_list[] = {
 #include "f32-x6gemm.inc"
     {0, NULL, NULL, NULL, NULL, NULL} /* end (the list may be empty) */
 };
@@ -284,16 +284,16 @@ const kl_x6gemm_entry kl_x6gemm_list[] = {
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 const size_t kl_lstmcell_count = COUNT(kl_lstmcell_list);
 const size_t kl_lstmproj_count = COUNT(kl_lstmproj_list);
-const size_t kl_vsigmoid_count = COUNT(kl_vsigmoid_list);
-const size_t kl_vtanh_count = COUNT(kl_vtanh_list);
-const size_t kl_vgelu_count = COUNT(kl_vgelu_list);
-const size_t kl_rsum_count = COUNT(kl_rsum_list);
-const size_t kl_fp_count = COUNT(kl_fp_list);
-const size_t kl_softmax_count = COUNT(kl_softmax_list);
-const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
+const size_t kl_f32_vsigmoid_count = COUNT(kl_f32_vsigmoid_list);
+const size_t kl_f32_vtanh_count = COUNT(kl_f32_vtanh_list);
+const size_t kl_f32_vgelu_count = COUNT(kl_f32_vgelu_list);
+const size_t kl_f32_rsum_count = COUNT(kl_f32_rsum_list);
+const size_t kl_u64_fingerprint_count = COUNT(kl_u64_fingerprint_list);
+const size_t kl_f32_softmax_count = COUNT(kl_f32_softmax_list);
+const size_t kl_bf16_gemm_count = COUNT(kl_bf16_gemm_list) - 1;
 const size_t kl_f32_gemm_count = COUNT(kl_f32_gemm_list) - 1;
 const size_t kl_f32_pgemm_count = COUNT(kl_f32_pgemm_list);
-const size_t kl_x6gemm_count = COUNT(kl_x6gemm_list) - 1;
+const size_t kl_f32_x6gemm_count = COUNT(kl_f32_x6gemm_list) - 1;
 
 /* The first entry of a list for type wt whose features the active level allows
  * (NULL if none: lists end with a scalar entry per type, except the GEMM's). */
@@ -314,8 +314,9 @@ static kl_f32_gemm_ukernel_fn first_f32_gemm(kl_wtype wt, unsigned arch) {
   FIRST(kl_f32_gemm_list, kl_f32_gemm_count, wt, arch, fn);
 }
 static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
-  for (size_t i = 0; i < kl_gemm_count; i++)
-    if (kl_gemm_list[i].wt == wt && (kl_gemm_list[i].arch & ~arch) == 0) return &kl_gemm_list[i];
+  for (size_t i = 0; i < kl_bf16_gemm_count; i++)
+    if (kl_bf16_gemm_list[i].wt == wt && (kl_bf16_gemm_list[i].arch & ~arch) == 0)
+      return &kl_bf16_gemm_list[i];
   return NULL;
 }
 
@@ -341,11 +342,11 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
                   .pgemm = first_vector_pgemm(wx, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
-  for (size_t i = 0; wx == KL_W_F32 && kl_f32_amx_enabled() && i < kl_x6gemm_count; i++)
-    if ((kl_x6gemm_list[i].arch & ~arch) == 0) {
-      k.x6gemm = kl_x6gemm_list[i].gemm;
-      k.x6pack_a = kl_x6gemm_list[i].pack_a;
-      k.x6pack_w = kl_x6gemm_list[i].pack_w;
+  for (size_t i = 0; wx == KL_W_F32 && kl_f32_amx_enabled() && i < kl_f32_x6gemm_count; i++)
+    if ((kl_f32_x6gemm_list[i].arch & ~arch) == 0) {
+      k.x6gemm = kl_f32_x6gemm_list[i].gemm;
+      k.x6pack_a = kl_f32_x6gemm_list[i].pack_a;
+      k.x6pack_w = kl_f32_x6gemm_list[i].pack_w;
       break;
     }
   return k;
@@ -354,16 +355,20 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
 static kl_f32_vunary_fn first_vunary(const kl_vunary_entry* list, size_t count) {
   FIRST(list, count, KL_W_F32, kl_arch_active(), fn);
 }
-kl_f32_vunary_fn kl_select_vsigmoid(void) { return first_vunary(kl_vsigmoid_list, kl_vsigmoid_count); }
-kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_vtanh_list, kl_vtanh_count); }
-kl_f32_vunary_fn kl_select_vgelu(void) { return first_vunary(kl_vgelu_list, kl_vgelu_count); }
-kl_f32_rsum_fn kl_select_rsum(void) { FIRST(kl_rsum_list, kl_rsum_count, KL_W_F32, kl_arch_active(), fn); }
+kl_f32_vunary_fn kl_select_vsigmoid(void) { return first_vunary(kl_f32_vsigmoid_list, kl_f32_vsigmoid_count); }
+kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_f32_vtanh_list, kl_f32_vtanh_count); }
+kl_f32_vunary_fn kl_select_vgelu(void) { return first_vunary(kl_f32_vgelu_list, kl_f32_vgelu_count); }
+kl_f32_rsum_fn kl_select_rsum(void) {
+  FIRST(kl_f32_rsum_list, kl_f32_rsum_count, KL_W_F32, kl_arch_active(), fn);
+}
 
-kl_f32_vunary_fn kl_select_softmax(void) { return first_vunary(kl_softmax_list, kl_softmax_count); }
+kl_f32_vunary_fn kl_select_softmax(void) { return first_vunary(kl_f32_softmax_list, kl_f32_softmax_count); }
 kl_f32_pgemm_ukernel_fn kl_select_f32_pgemm(void) {
   FIRST(kl_f32_pgemm_list, kl_f32_pgemm_count, KL_W_F32, kl_arch_active(), fn);
 }
-kl_fp_ukernel_fn kl_select_fp(void) { FIRST(kl_fp_list, kl_fp_count, KL_W_F32, kl_arch_active(), fn); }
+kl_fp_ukernel_fn kl_select_fp(void) {
+  FIRST(kl_u64_fingerprint_list, kl_u64_fingerprint_count, KL_W_F32, kl_arch_active(), fn);
+}
 
 void kl_f32_activation(int kind, size_t n, const float* x, float* y) {
   (kind == 0 ? kl_select_vsigmoid() : kl_select_vtanh())(n, x, y);

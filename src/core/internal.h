@@ -254,8 +254,8 @@ unsigned kl_arch_active(void);   /* those the active ISA level allows */
 #include "f32-x6gemm.inc"
 #undef KL_X6GEMM
 
-/* The lists as tables (cpu.c), in list order, for the dispatch, the tests and
- * the benchmarks. */
+/* The lists as tables (cpu.c), each named after its .inc (f32-vtanh.inc:
+ * kl_f32_vtanh_list), in list order, for the dispatch, the tests and the benchmarks. */
 #define KL_KERNEL_ENTRY(fn_type)                                                           \
   struct {                                                                                 \
     unsigned arch;    /* KL_ARCH_* it needs */                                             \
@@ -289,16 +289,17 @@ typedef struct kl_x6gemm_entry {
 } kl_x6gemm_entry;
 extern const kl_lstmcell_entry kl_lstmcell_list[];
 extern const kl_lstmproj_entry kl_lstmproj_list[];
-extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[], kl_vgelu_list[], kl_softmax_list[];
-extern const kl_rsum_entry kl_rsum_list[];
-extern const kl_fp_entry kl_fp_list[];
-extern const kl_gemm_entry kl_gemm_list[];
-extern const kl_x6gemm_entry kl_x6gemm_list[];
+extern const kl_vunary_entry kl_f32_vsigmoid_list[], kl_f32_vtanh_list[], kl_f32_vgelu_list[],
+    kl_f32_softmax_list[];
+extern const kl_rsum_entry kl_f32_rsum_list[];
+extern const kl_fp_entry kl_u64_fingerprint_list[];
+extern const kl_gemm_entry kl_bf16_gemm_list[];
+extern const kl_x6gemm_entry kl_f32_x6gemm_list[];
 extern const kl_f32_gemm_entry kl_f32_gemm_list[];
 extern const kl_f32_pgemm_entry kl_f32_pgemm_list[];
-extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count, kl_vgelu_count,
-    kl_rsum_count, kl_fp_count, kl_softmax_count, kl_gemm_count, kl_f32_gemm_count,
-    kl_f32_pgemm_count, kl_x6gemm_count;
+extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_f32_vsigmoid_count, kl_f32_vtanh_count,
+    kl_f32_vgelu_count, kl_f32_rsum_count, kl_u64_fingerprint_count, kl_f32_softmax_count,
+    kl_bf16_gemm_count, kl_f32_gemm_count, kl_f32_pgemm_count, kl_f32_x6gemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {

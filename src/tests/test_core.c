@@ -1675,24 +1675,29 @@ static void test_kernel_lists(void) {
     if (kl_lstmproj_list[i].arch && cpu_has(kl_lstmproj_list[i].arch, kl_lstmproj_list[i].name))
       test_proj_kernel(&kl_lstmproj_list[i]);
   for (int kind = 0; kind < 3; kind++) {
-    const kl_vunary_entry* list = kind == 0 ? kl_vsigmoid_list : kind == 1 ? kl_vtanh_list : kl_vgelu_list;
-    const size_t n = kind == 0 ? kl_vsigmoid_count : kind == 1 ? kl_vtanh_count : kl_vgelu_count;
+    const kl_vunary_entry* list =
+        kind == 0 ? kl_f32_vsigmoid_list : kind == 1 ? kl_f32_vtanh_list : kl_f32_vgelu_list;
+    const size_t n =
+        kind == 0 ? kl_f32_vsigmoid_count : kind == 1 ? kl_f32_vtanh_count : kl_f32_vgelu_count;
     for (size_t i = 0; i + 1 < n; i++) /* the last entry is the scalar one */
       if (cpu_has(list[i].arch, list[i].name))
         test_vunary_kernel(&list[i], &list[n - 1], kind == 0 ? "sigmoid" : kind == 1 ? "tanh" : "gelu");
   }
-  for (size_t i = 0; i + 1 < kl_rsum_count; i++)
-    if (cpu_has(kl_rsum_list[i].arch, kl_rsum_list[i].name))
-      test_rsum_kernel(&kl_rsum_list[i], &kl_rsum_list[kl_rsum_count - 1]);
-  for (size_t i = 0; i + 1 < kl_softmax_count; i++)
-    if (cpu_has(kl_softmax_list[i].arch, kl_softmax_list[i].name))
-      test_softmax_kernel(&kl_softmax_list[i], &kl_softmax_list[kl_softmax_count - 1]);
-  for (size_t i = 0; i + 1 < kl_fp_count; i++)
-    if (cpu_has(kl_fp_list[i].arch, kl_fp_list[i].name)) test_fp_kernel(&kl_fp_list[i]);
-  for (size_t i = 0; i < kl_gemm_count; i++)
-    if (cpu_has(kl_gemm_list[i].arch, kl_gemm_list[i].name)) test_gemm_kernel(&kl_gemm_list[i]);
-  for (size_t i = 0; i < kl_x6gemm_count; i++)
-    if (cpu_has(kl_x6gemm_list[i].arch, kl_x6gemm_list[i].name)) test_x6gemm_kernel(&kl_x6gemm_list[i]);
+  for (size_t i = 0; i + 1 < kl_f32_rsum_count; i++)
+    if (cpu_has(kl_f32_rsum_list[i].arch, kl_f32_rsum_list[i].name))
+      test_rsum_kernel(&kl_f32_rsum_list[i], &kl_f32_rsum_list[kl_f32_rsum_count - 1]);
+  for (size_t i = 0; i + 1 < kl_f32_softmax_count; i++)
+    if (cpu_has(kl_f32_softmax_list[i].arch, kl_f32_softmax_list[i].name))
+      test_softmax_kernel(&kl_f32_softmax_list[i], &kl_f32_softmax_list[kl_f32_softmax_count - 1]);
+  for (size_t i = 0; i + 1 < kl_u64_fingerprint_count; i++)
+    if (cpu_has(kl_u64_fingerprint_list[i].arch, kl_u64_fingerprint_list[i].name))
+      test_fp_kernel(&kl_u64_fingerprint_list[i]);
+  for (size_t i = 0; i < kl_bf16_gemm_count; i++)
+    if (cpu_has(kl_bf16_gemm_list[i].arch, kl_bf16_gemm_list[i].name))
+      test_gemm_kernel(&kl_bf16_gemm_list[i]);
+  for (size_t i = 0; i < kl_f32_x6gemm_count; i++)
+    if (cpu_has(kl_f32_x6gemm_list[i].arch, kl_f32_x6gemm_list[i].name))
+      test_x6gemm_kernel(&kl_f32_x6gemm_list[i]);
   for (size_t i = 0; i < kl_f32_gemm_count; i++)
     if (cpu_has(kl_f32_gemm_list[i].arch, kl_f32_gemm_list[i].name))
       test_f32_gemm_kernel(&kl_f32_gemm_list[i]);
@@ -1703,10 +1708,12 @@ static void test_kernel_lists(void) {
   const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
   int ok = 1;
   for (size_t i = 0; i < sizeof(wts) / sizeof(wts[0]); i++) ok = ok && scalar_cell(wts[i]) && scalar_proj(wts[i]);
-  check(ok && kl_vsigmoid_list[kl_vsigmoid_count - 1].arch == 0 &&
-            kl_vtanh_list[kl_vtanh_count - 1].arch == 0 && kl_vgelu_list[kl_vgelu_count - 1].arch == 0 &&
-            kl_rsum_list[kl_rsum_count - 1].arch == 0 &&
-            kl_fp_list[kl_fp_count - 1].arch == 0 && kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,
+  check(ok && kl_f32_vsigmoid_list[kl_f32_vsigmoid_count - 1].arch == 0 &&
+            kl_f32_vtanh_list[kl_f32_vtanh_count - 1].arch == 0 &&
+            kl_f32_vgelu_list[kl_f32_vgelu_count - 1].arch == 0 &&
+            kl_f32_rsum_list[kl_f32_rsum_count - 1].arch == 0 &&
+            kl_u64_fingerprint_list[kl_u64_fingerprint_count - 1].arch == 0 &&
+            kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,
         "[lists] every weight type has a scalar cell and projection; vector lists end with scalar");
 }
 
