@@ -67,7 +67,8 @@ VARIANT_FLAGS = {
     # the code paths of non-Linux systems (condvar barrier, no affinity, no getauxval)
     "portable": ["-O2", "-DKL_FORCE_PORTABLE"],
 }
-# per-ISA flags by file name; each suffix belongs to one architecture
+# per-ISA flags by file name (the ISA names of src/kernels/README.md: file and function
+# suffix, list isa, KL_ARCH_* bit); each suffix belongs to one architecture
 ISA_FLAGS = {
     "x86": {"-avx2fma.c": ["-mavx2", "-mfma"],
             "-avx512f.c": ["-mavx512f", "-mfma"],
