@@ -67,13 +67,14 @@ VARIANT_FLAGS = {
     # the code paths of non-Linux systems (condvar barrier, no affinity, no getauxval)
     "portable": ["-O2", "-DKL_FORCE_PORTABLE"],
 }
-# per-ISA flags by file name; each suffix belongs to one architecture
+# per-ISA flags by file name (the ISA names of src/kernels/README.md: file and function
+# suffix, list isa, KL_ARCH_* bit); each suffix belongs to one architecture
 ISA_FLAGS = {
     "x86": {"-avx2fma.c": ["-mavx2", "-mfma"],
             "-avx512f.c": ["-mavx512f", "-mfma"],
             "-avx512bf16.c": ["-mavx512f", "-mavx512bf16", "-mfma"],
             "-avx2f16c.c": ["-mavx2", "-mfma", "-mf16c"],
-            "-amx.c": ["-mavx512f", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]},
+            "-avx512amx.c": ["-mavx512f", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"]},
     "arm": {"-neon.c": [],  # NEON is baseline on AArch64
             "-neonbf16.c": ["-march=armv8.2-a+bf16"]},
 }

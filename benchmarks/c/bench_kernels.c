@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 21;
   if (rounds < 1) rounds = 1;
   if (rounds > 256) rounds = 256;
-  const unsigned cpu = kl_arch_detected();
+  const unsigned cpu = kl_arch_detected() | KL_ARCH_F16_NARROW; /* a preference: time both */
   g_io_bytes = 256 * 640 * 4 + 256 * 2048 * 4 + 256 * 640 * 4 + MAXB * 8 * H * 8 + 4 * H * 8;
   g_io = xalloc(g_io_bytes);
   for (size_t i = 0; i < g_io_bytes / 4; i++) ((float*)g_io)[i] = frand(-1.0f, 1.0f);
@@ -211,8 +211,9 @@ int main(int argc, char** argv) {
     c->w = random_weights(k->wt, 8 * H * 16);
   }
   for (int v = 0; v < 3; v++) {
-    const kl_vunary_entry* list = v == 2 ? kl_vgelu_list : v ? kl_vtanh_list : kl_vsigmoid_list;
-    const size_t cnt = v == 2 ? kl_vgelu_count : v ? kl_vtanh_count : kl_vsigmoid_count;
+    const kl_vunary_entry* list =
+        v == 2 ? kl_f32_vgelu_list : v ? kl_f32_vtanh_list : kl_f32_vsigmoid_list;
+    const size_t cnt = v == 2 ? kl_f32_vgelu_count : v ? kl_f32_vtanh_count : kl_f32_vsigmoid_count;
     for (size_t i = 0; i < cnt; i++) {
       if (list[i].arch & ~cpu) continue;
       bcase* c = add_case(cs, &n, v == 2 ? "f32-vgelu" : v ? "f32-vtanh" : "f32-vsigmoid", list[i].name, 2,
@@ -220,34 +221,34 @@ int main(int argc, char** argv) {
       snprintf(c->what, sizeof(c->what), "n=1024");
     }
   }
-  for (size_t i = 0; i < kl_rsum_count; i++) {
-    if (kl_rsum_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "f32-rsum", kl_rsum_list[i].name, 3,
-                        (const void*)kl_rsum_list[i].fn, KL_W_F32, 20);
+  for (size_t i = 0; i < kl_f32_rsum_count; i++) {
+    if (kl_f32_rsum_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "f32-rsum", kl_f32_rsum_list[i].name, 3,
+                        (const void*)kl_f32_rsum_list[i].fn, KL_W_F32, 20);
     snprintf(c->what, sizeof(c->what), "1 MiB");
     c->w = random_weights(KL_W_F32, (1u << 20) / 4);
   }
-  for (size_t i = 0; i < kl_fp_count; i++) {
-    if (kl_fp_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "u64-fingerprint", kl_fp_list[i].name, 5,
-                        (const void*)kl_fp_list[i].fn, KL_W_F32, 20);
+  for (size_t i = 0; i < kl_u64_fingerprint_count; i++) {
+    if (kl_u64_fingerprint_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "u64-fingerprint", kl_u64_fingerprint_list[i].name, 5,
+                        (const void*)kl_u64_fingerprint_list[i].fn, KL_W_F32, 20);
     snprintf(c->what, sizeof(c->what), "1 MiB");
     c->w = random_weights(KL_W_F32, (1u << 20) / 4);
   }
-  for (size_t i = 0; i < kl_gemm_count; i++) {
-    if (kl_gemm_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "gemm", kl_gemm_list[i].name, 4, (const void*)kl_gemm_list[i].gemm,
-                        kl_gemm_list[i].wt, 1);
-    snprintf(c->what, sizeof(c->what), "%s 256x2048x640 + rounding", wname(kl_gemm_list[i].wt));
-    c->fn2 = (const void*)kl_gemm_list[i].pack;
+  for (size_t i = 0; i < kl_bf16_gemm_count; i++) {
+    if (kl_bf16_gemm_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "bf16-gemm", kl_bf16_gemm_list[i].name, 4,
+                        (const void*)kl_bf16_gemm_list[i].gemm, kl_bf16_gemm_list[i].wt, 1);
+    snprintf(c->what, sizeof(c->what), "%s 256x2048x640 + rounding", wname(kl_bf16_gemm_list[i].wt));
+    c->fn2 = (const void*)kl_bf16_gemm_list[i].pack;
     c->w = random_weights(KL_W_BF16, 2048 * 640);
   }
-  for (size_t i = 0; i < kl_x6gemm_count; i++) {
-    if (kl_x6gemm_list[i].arch & ~cpu) continue;
-    bcase* c = add_case(cs, &n, "f32-x6gemm", kl_x6gemm_list[i].name, 8,
-                        (const void*)kl_x6gemm_list[i].gemm, KL_W_F32, 1);
+  for (size_t i = 0; i < kl_f32_x6gemm_count; i++) {
+    if (kl_f32_x6gemm_list[i].arch & ~cpu) continue;
+    bcase* c = add_case(cs, &n, "f32-x6gemm", kl_f32_x6gemm_list[i].name, 8,
+                        (const void*)kl_f32_x6gemm_list[i].gemm, KL_W_F32, 1);
     snprintf(c->what, sizeof(c->what), "256x2048x640 + packing A, W");
-    c->fn2 = (const void*)&kl_x6gemm_list[i];
+    c->fn2 = (const void*)&kl_f32_x6gemm_list[i];
     c->w = xalloc(2048 * 640 * 4 + 3 * (kl_x6_split_bytes(256, 640) + kl_x6_split_bytes(2048, 640)));
     for (size_t j = 0; j < 2048 * 640; j++) ((float*)c->w)[j] = frand(-0.05f, 0.05f);
   }
@@ -272,9 +273,9 @@ int main(int argc, char** argv) {
       run_case(&cs[i]);
       cs[i].samples[cs[i].ns++] = (now_ns() - t0) / cs[i].reps;
     }
-  printf("kokoro_lstm kernels: %d rounds, CPU features 0x%x, float16 single rows widened %d halves "
-         "at a time, ns per call (median, min, spread = (p75 - p25) / median)\n", rounds, cpu,
-         kl_f16_narrow_rows() ? 8 : 16);
+  printf("kokoro_lstm kernels: %d rounds, CPU features 0x%x, float16 dispatch %s the narrow entry, "
+         "ns per call (median, min, spread = (p75 - p25) / median)\n", rounds, kl_arch_detected(),
+         kl_f16_narrow_rows() ? "takes" : "skips");
   printf("%-13s %-42s %-30s %12s %12s %7s\n", "list", "kernel", "case", "median ns", "min ns", "spread");
   for (int i = 0; i < n; i++) {
     bcase* c = &cs[i];

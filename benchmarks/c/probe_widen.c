@@ -1,6 +1,6 @@
-/* What a half-precision recurrent weight costs on an AVX-512 CPU (issue 11's
- * float16 target): ns per 16 weights for a loop that streams them from a working
- * set of a given size into 8 accumulators, as the B = 1 LSTM cell does:
+/* What a half-precision recurrent weight costs on an AVX-512 CPU: ns per 16
+ * weights for a loop that streams them from a working set of a given size into
+ * 8 accumulators, as the B = 1 LSTM cell does:
  *   f32        load 16 floats + FMA (float32 W_hh)
  *   f16        vcvtph2ps (16 halves -> floats) + FMA (float16 W_hh)
  *   f16 widen  vcvtph2ps alone (OR into the accumulators, no FMA)

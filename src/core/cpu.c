@@ -41,9 +41,9 @@ static unsigned level_allows(kl_isa isa) {
     case KL_ISA_AVX512_BF16:
       return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16;
     case KL_ISA_AVX512_AMX:
-      return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16 | KL_ARCH_AMX_BF16;
+      return KL_ARCH_AVX2FMA | KL_ARCH_F16C | KL_ARCH_AVX512F | KL_ARCH_AVX512BF16 | KL_ARCH_AVX512AMX;
     case KL_ISA_NEON: return KL_ARCH_NEON;
-    case KL_ISA_NEON_BF16: return KL_ARCH_NEON | KL_ARCH_NEON_BF16;
+    case KL_ISA_NEON_BF16: return KL_ARCH_NEON | KL_ARCH_NEONBF16;
   }
   return 0;
 }
@@ -97,7 +97,7 @@ static void detect(void) {
     if (__builtin_cpu_supports("avx512f")) {
       g_arch |= KL_ARCH_AVX512F;
       if (__builtin_cpu_supports("avx512bf16")) g_arch |= KL_ARCH_AVX512BF16;
-      if (amx_usable()) g_arch |= KL_ARCH_AMX_BF16;
+      if (amx_usable()) g_arch |= KL_ARCH_AVX512AMX;
     }
   }
 #elif defined(KL_HAVE_NEON)
@@ -105,7 +105,7 @@ static void detect(void) {
   const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
   if (hw & KL_HWCAP_ASIMD) {
     g_arch |= KL_ARCH_NEON;
-    if (hw2 & KL_HWCAP2_BF16) g_arch |= KL_ARCH_NEON_BF16;
+    if (hw2 & KL_HWCAP2_BF16) g_arch |= KL_ARCH_NEONBF16;
   }
 #else
   /* Advanced SIMD is part of every AArch64 CPU; BF16 is not probed off Linux. */
@@ -137,16 +137,24 @@ int kl_f32_amx_enabled(void) {
   return atomic_load(&g_f32_amx);
 }
 
-/* ---- float16 single rows: 256-bit or 512-bit widening (kl_f16_narrow_rows) ----
- * Both give the same bits; the faster differs by CPU: Zen 4 executes a 512-bit
- * vcvtph2ps as two halves and ran H = 256, B = 1 steps in 7.6 us narrow vs
- * 10.7 wide, the 16-core Xeon in 16.0 vs 13.3 (bench-kernels). So each process
- * times both on a small block (about 0.3 ms, once) and takes the narrow one only
- * when it is 5% faster. On the Zen 4 the probe's wide / narrow ratio came out
- * 1.38-1.40 in some processes and 1.08-1.17 in others (a vCPU's neighbours, it
- * seems); with a 10% margin 2 of 12 processes kept the wide path. */
+/* ---- float16 single rows: the list's KL_ARCH_F16_NARROW entry or not ----
+ * Both give the same bits; which is faster differs by CPU (those that split
+ * 512-bit conversions in two prefer 8 halves per instruction). Decided once per
+ * process: KOKORO_LSTM_F16_WIDEN=256|512, else the narrow entry when one row
+ * through a block of R = 128 (zeros, L1-resident; best of 9 rounds, about
+ * 0.3 ms) takes it at most 95% of the time of the entry it would replace. */
 static atomic_int g_f16_narrow = 0;
 static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
+
+static int64_t f16_time(kl_lstmcell_ukernel_fn fn, size_t reps) {
+  enum { PR = 128 };
+  static uint16_t w[PR * 64] __attribute__((aligned(64)));
+  static float h[PR], gx[4 * KL_NR], bias[4 * KL_NR], c[KL_NR], h_out[KL_NR];
+  const kl_cell_row row = {gx, h, c, h_out};
+  const int64_t t0 = kl_now_ns();
+  for (size_t r = 0; r < reps; r++) fn(PR, KL_NR, 0, 1, w, bias, 1, &row);
+  return kl_now_ns() - t0;
+}
 
 static void f16_decide(void) {
   const char* env = getenv("KOKORO_LSTM_F16_WIDEN");
@@ -154,21 +162,24 @@ static void f16_decide(void) {
     atomic_store(&g_f16_narrow, strcmp(env, "256") == 0);
     return;
   }
-#if defined(KL_HAVE_X86)
-  const unsigned need = KL_ARCH_AVX512F | KL_ARCH_F16C;
-  if ((kl_arch_detected() & need) != need) return;
+  /* the first float16 entry this CPU runs with the narrow bit, and without */
+  kl_lstmcell_ukernel_fn fn[2] = {NULL, NULL}; /* wide, narrow */
+  const unsigned cpu = kl_arch_detected() | KL_ARCH_F16_NARROW;
+  for (size_t i = 0; i < kl_lstmcell_count; i++) {
+    const kl_lstmcell_entry* e = &kl_lstmcell_list[i];
+    const int narrow = (e->arch & KL_ARCH_F16_NARROW) != 0;
+    if (e->wt == KL_W_F16 && (e->arch & ~cpu) == 0 && !fn[narrow]) fn[narrow] = e->fn;
+  }
+  if (!fn[1] || !fn[0]) return;
   int64_t best[2] = {INT64_MAX, INT64_MAX};
-  kl_f16_lstmcell_probe__avx512f(0, 4); /* warm-up */
-  kl_f16_lstmcell_probe__avx512f(1, 4);
+  (void)f16_time(fn[0], 4); /* warm-up */
+  (void)f16_time(fn[1], 4);
   for (int round = 0; round < 9; round++)
     for (int narrow = 0; narrow < 2; narrow++) {
-      const int64_t t0 = kl_now_ns();
-      kl_f16_lstmcell_probe__avx512f(narrow, 32);
-      const int64_t t = kl_now_ns() - t0;
+      const int64_t t = f16_time(fn[narrow], 32);
       if (t < best[narrow]) best[narrow] = t;
     }
   atomic_store(&g_f16_narrow, 20 * best[1] < 19 * best[0]); /* 5% faster */
-#endif
 }
 
 int kl_f16_narrow_rows(void) {
@@ -232,22 +243,22 @@ const kl_lstmcell_entry kl_lstmcell_list[] = {
 const kl_lstmproj_entry kl_lstmproj_list[] = {
 #include "lstmproj.inc"
 };
-const kl_vunary_entry kl_vsigmoid_list[] = {
+const kl_vunary_entry kl_f32_vsigmoid_list[] = {
 #include "f32-vsigmoid.inc"
 };
-const kl_vunary_entry kl_vtanh_list[] = {
+const kl_vunary_entry kl_f32_vtanh_list[] = {
 #include "f32-vtanh.inc"
 };
-const kl_vunary_entry kl_vgelu_list[] = {
+const kl_vunary_entry kl_f32_vgelu_list[] = {
 #include "f32-vgelu.inc"
 };
-const kl_rsum_entry kl_rsum_list[] = {
+const kl_rsum_entry kl_f32_rsum_list[] = {
 #include "f32-rsum.inc"
 };
-const kl_fp_entry kl_fp_list[] = {
+const kl_fp_entry kl_u64_fingerprint_list[] = {
 #include "u64-fingerprint.inc"
 };
-const kl_vunary_entry kl_softmax_list[] = {
+const kl_vunary_entry kl_f32_softmax_list[] = {
 #include "f32-softmax.inc"
 };
 const kl_f32_pgemm_entry kl_f32_pgemm_list[] = {
@@ -259,13 +270,13 @@ const kl_f32_gemm_entry kl_f32_gemm_list[] = {
 };
 #undef KL_KERNEL
 #define KL_GEMM(arch, wt, isa, gemm, pack) {arch, wt, #isa, #gemm, gemm, pack},
-const kl_gemm_entry kl_gemm_list[] = {
+const kl_gemm_entry kl_bf16_gemm_list[] = {
 #include "bf16-gemm.inc"
     {0, KL_W_F32, NULL, NULL, NULL, NULL} /* end (the list may be empty) */
 };
 #undef KL_GEMM
 #define KL_X6GEMM(arch, isa, gemm, pack_a, pack_w) {arch, #isa, #gemm, gemm, pack_a, pack_w},
-const kl_x6gemm_entry kl_x6gemm_list[] = {
+const kl_x6gemm_entry kl_f32_x6gemm_list[] = {
 #include "f32-x6gemm.inc"
     {0, NULL, NULL, NULL, NULL, NULL} /* end (the list may be empty) */
 };
@@ -273,16 +284,16 @@ const kl_x6gemm_entry kl_x6gemm_list[] = {
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 const size_t kl_lstmcell_count = COUNT(kl_lstmcell_list);
 const size_t kl_lstmproj_count = COUNT(kl_lstmproj_list);
-const size_t kl_vsigmoid_count = COUNT(kl_vsigmoid_list);
-const size_t kl_vtanh_count = COUNT(kl_vtanh_list);
-const size_t kl_vgelu_count = COUNT(kl_vgelu_list);
-const size_t kl_rsum_count = COUNT(kl_rsum_list);
-const size_t kl_fp_count = COUNT(kl_fp_list);
-const size_t kl_softmax_count = COUNT(kl_softmax_list);
-const size_t kl_gemm_count = COUNT(kl_gemm_list) - 1;
+const size_t kl_f32_vsigmoid_count = COUNT(kl_f32_vsigmoid_list);
+const size_t kl_f32_vtanh_count = COUNT(kl_f32_vtanh_list);
+const size_t kl_f32_vgelu_count = COUNT(kl_f32_vgelu_list);
+const size_t kl_f32_rsum_count = COUNT(kl_f32_rsum_list);
+const size_t kl_u64_fingerprint_count = COUNT(kl_u64_fingerprint_list);
+const size_t kl_f32_softmax_count = COUNT(kl_f32_softmax_list);
+const size_t kl_bf16_gemm_count = COUNT(kl_bf16_gemm_list) - 1;
 const size_t kl_f32_gemm_count = COUNT(kl_f32_gemm_list) - 1;
 const size_t kl_f32_pgemm_count = COUNT(kl_f32_pgemm_list);
-const size_t kl_x6gemm_count = COUNT(kl_x6gemm_list) - 1;
+const size_t kl_f32_x6gemm_count = COUNT(kl_f32_x6gemm_list) - 1;
 
 /* The first entry of a list for type wt whose features the active level allows
  * (NULL if none: lists end with a scalar entry per type, except the GEMM's). */
@@ -303,8 +314,9 @@ static kl_f32_gemm_ukernel_fn first_f32_gemm(kl_wtype wt, unsigned arch) {
   FIRST(kl_f32_gemm_list, kl_f32_gemm_count, wt, arch, fn);
 }
 static const kl_gemm_entry* first_gemm(kl_wtype wt, unsigned arch) {
-  for (size_t i = 0; i < kl_gemm_count; i++)
-    if (kl_gemm_list[i].wt == wt && (kl_gemm_list[i].arch & ~arch) == 0) return &kl_gemm_list[i];
+  for (size_t i = 0; i < kl_bf16_gemm_count; i++)
+    if (kl_bf16_gemm_list[i].wt == wt && (kl_bf16_gemm_list[i].arch & ~arch) == 0)
+      return &kl_bf16_gemm_list[i];
   return NULL;
 }
 
@@ -316,12 +328,13 @@ static kl_f32_pgemm_ukernel_fn first_vector_pgemm(kl_wtype wt, unsigned arch) {
 }
 
 kl_kernels kl_select_kernels(kl_wtype wt) {
-  const unsigned arch = kl_arch_active();
+  unsigned arch = kl_arch_active();
+  if (wt == KL_W_F16 && kl_f16_narrow_rows()) arch |= KL_ARCH_F16_NARROW; /* decided here, once */
   const kl_gemm_entry* g = first_gemm(wt, arch);
   /* Without a low-precision GEMM entry, a bfloat16 or float16 layer projects
    * its input with float32 W_ih: the float32 kernels serve it as they serve float32. */
   const kl_wtype wx = g ? wt : wt == KL_W_F64 ? KL_W_F64 : KL_W_F32;
-  kl_kernels k = {.cell = first_cell(wt, arch & ~KL_ARCH_AMX_BF16),
+  kl_kernels k = {.cell = first_cell(wt, arch & ~KL_ARCH_AVX512AMX),
                   .cell_batch = first_cell(wt, arch),
                   .proj = first_proj(wt, arch),
                   .gemm = g ? g->gemm : NULL,
@@ -329,12 +342,11 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
                   .pgemm = first_vector_pgemm(wx, arch),
                   .to_bf16 = g ? g->pack : NULL};
   if (k.cell_batch == k.cell) k.cell_batch = NULL;
-  if (wt == KL_W_F16) (void)kl_f16_narrow_rows(); /* decided here, not inside a parallel step */
-  for (size_t i = 0; wx == KL_W_F32 && kl_f32_amx_enabled() && i < kl_x6gemm_count; i++)
-    if ((kl_x6gemm_list[i].arch & ~arch) == 0) {
-      k.x6gemm = kl_x6gemm_list[i].gemm;
-      k.x6pack_a = kl_x6gemm_list[i].pack_a;
-      k.x6pack_w = kl_x6gemm_list[i].pack_w;
+  for (size_t i = 0; wx == KL_W_F32 && kl_f32_amx_enabled() && i < kl_f32_x6gemm_count; i++)
+    if ((kl_f32_x6gemm_list[i].arch & ~arch) == 0) {
+      k.x6gemm = kl_f32_x6gemm_list[i].gemm;
+      k.x6pack_a = kl_f32_x6gemm_list[i].pack_a;
+      k.x6pack_w = kl_f32_x6gemm_list[i].pack_w;
       break;
     }
   return k;
@@ -343,16 +355,20 @@ kl_kernels kl_select_kernels(kl_wtype wt) {
 static kl_f32_vunary_fn first_vunary(const kl_vunary_entry* list, size_t count) {
   FIRST(list, count, KL_W_F32, kl_arch_active(), fn);
 }
-kl_f32_vunary_fn kl_select_vsigmoid(void) { return first_vunary(kl_vsigmoid_list, kl_vsigmoid_count); }
-kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_vtanh_list, kl_vtanh_count); }
-kl_f32_vunary_fn kl_select_vgelu(void) { return first_vunary(kl_vgelu_list, kl_vgelu_count); }
-kl_f32_rsum_fn kl_select_rsum(void) { FIRST(kl_rsum_list, kl_rsum_count, KL_W_F32, kl_arch_active(), fn); }
+kl_f32_vunary_fn kl_select_vsigmoid(void) { return first_vunary(kl_f32_vsigmoid_list, kl_f32_vsigmoid_count); }
+kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_f32_vtanh_list, kl_f32_vtanh_count); }
+kl_f32_vunary_fn kl_select_vgelu(void) { return first_vunary(kl_f32_vgelu_list, kl_f32_vgelu_count); }
+kl_f32_rsum_fn kl_select_rsum(void) {
+  FIRST(kl_f32_rsum_list, kl_f32_rsum_count, KL_W_F32, kl_arch_active(), fn);
+}
 
-kl_f32_vunary_fn kl_select_softmax(void) { return first_vunary(kl_softmax_list, kl_softmax_count); }
+kl_f32_vunary_fn kl_select_softmax(void) { return first_vunary(kl_f32_softmax_list, kl_f32_softmax_count); }
 kl_f32_pgemm_ukernel_fn kl_select_f32_pgemm(void) {
   FIRST(kl_f32_pgemm_list, kl_f32_pgemm_count, KL_W_F32, kl_arch_active(), fn);
 }
-kl_fp_ukernel_fn kl_select_fp(void) { FIRST(kl_fp_list, kl_fp_count, KL_W_F32, kl_arch_active(), fn); }
+kl_fp_ukernel_fn kl_select_fp(void) {
+  FIRST(kl_u64_fingerprint_list, kl_u64_fingerprint_count, KL_W_F32, kl_arch_active(), fn);
+}
 
 void kl_f32_activation(int kind, size_t n, const float* x, float* y) {
   (kind == 0 ? kl_select_vsigmoid() : kl_select_vtanh())(n, x, y);

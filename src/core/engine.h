@@ -12,7 +12,7 @@
  *         not held when borrowed (kl_lstm_pack): every run then reads the
  *         caller's W_ih in place
  *   W_hh  f32/f64/f16: [(blk*R + k)*64 + g*16 + lane];  bf16: see bf16-lstmcell-scalar.c
- *   W_hr  f32/f64/f16: [(blk*H + j)*16 + lane];         bf16: see bf16-lstmcell-scalar.c
+ *   W_hr  f32/f64/f16: [(blk*H + j)*16 + lane];         bf16: see bf16-lstmproj-scalar.c
  *   bias  [4*Hp] = b_ih + b_hh
  *   W_ih forms of the input projection's strategies (inproj.c), besides W_ih:
  *         bfloat16 64-column panels (bf16-gemm-avx512bf16.c), or float32

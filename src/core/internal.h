@@ -53,7 +53,7 @@ typedef void (*kl_f32_to_bf16_pairs_fn)(size_t M, size_t K, const float* X, size
                                         uint32_t* out);
 
 /* float32 products on AMX tiles, six bfloat16 products per element
- * (f32-x6gemm-amx.c: operand layout, accuracy): the packers split float32 rows
+ * (f32-x6gemm-avx512amx.c: operand layout, accuracy): the packers split float32 rows
  * into three bfloat16 tile blocks each (split s at + s*stride bytes) and return
  * 1 when a value cannot be split (non-finite); the GEMM takes M rows of the A
  * blocks, N (a multiple of 32) columns of the W blocks and nks = ceil(K / 32). */
@@ -197,24 +197,22 @@ void kl_barrier_wait(kl_barrier* b, int i);
 #define KL_HAVE_NEON 1
 #endif
 
-/* CPU features a kernel needs: the first argument of each list line. cpu.c
- * detects them once; an ISA level (kl_isa) allows a subset of them. */
+/* CPU features a kernel needs: the first argument of each list line, named as
+ * the kernel file suffixes (avx2fma, avx512amx, ...). cpu.c detects them once;
+ * an ISA level (kl_isa) allows a subset of them. */
 #define KL_ARCH_AVX2FMA 0x01u    /* AVX2 + FMA */
 #define KL_ARCH_F16C 0x02u       /* half <-> float conversion (vcvtph2ps) */
 #define KL_ARCH_AVX512F 0x04u
 #define KL_ARCH_AVX512BF16 0x08u /* AVX512_BF16 (vdpbf16ps) */
 #define KL_ARCH_NEON 0x10u       /* AArch64 Advanced SIMD (FCVTL half conversion included) */
-#define KL_ARCH_NEON_BF16 0x20u  /* FEAT_BF16 (BFDOT) */
-#define KL_ARCH_AMX_BF16 0x40u   /* AMX-TILE + AMX-BF16 (tdpbf16ps), and the OS lets us use them */
+#define KL_ARCH_NEONBF16 0x20u   /* FEAT_BF16 (BFDOT) */
+#define KL_ARCH_AVX512AMX 0x40u  /* AMX-TILE + AMX-BF16 (tdpbf16ps), and the OS lets us use them */
+/* Not a CPU feature: float16 single rows run faster widened 8 halves at a time
+ * (measured once, kl_f16_narrow_rows); the dispatch adds it for float16. */
+#define KL_ARCH_F16_NARROW 0x80u
 int64_t kl_now_ns(void); /* CLOCK_MONOTONIC in ns (threadpool.c) */
 unsigned kl_arch_detected(void); /* the features of this CPU (and build) */
 unsigned kl_arch_active(void);   /* those the active ISA level allows */
-
-/* What kl_f16_narrow_rows (kokoro_lstm_testing.h) times: one row through a small block,
- * widening 8 (narrow) or 16 halves at a time (f16-lstmcell-avx512f.c). */
-#if defined(KL_HAVE_X86)
-void kl_f16_lstmcell_probe__avx512f(int narrow, size_t reps);
-#endif
 
 #define KL_KERNEL(arch, wt, isa, fn) \
   void fn(size_t, size_t, size_t, size_t, const void*, const void*, size_t, const kl_cell_row*);
@@ -256,8 +254,8 @@ void kl_f16_lstmcell_probe__avx512f(int narrow, size_t reps);
 #include "f32-x6gemm.inc"
 #undef KL_X6GEMM
 
-/* The lists as tables (cpu.c), in list order, for the dispatch, the tests and
- * the benchmarks. */
+/* The lists as tables (cpu.c), each named after its .inc (f32-vtanh.inc:
+ * kl_f32_vtanh_list), in list order, for the dispatch, the tests and the benchmarks. */
 #define KL_KERNEL_ENTRY(fn_type)                                                           \
   struct {                                                                                 \
     unsigned arch;    /* KL_ARCH_* it needs */                                             \
@@ -291,16 +289,17 @@ typedef struct kl_x6gemm_entry {
 } kl_x6gemm_entry;
 extern const kl_lstmcell_entry kl_lstmcell_list[];
 extern const kl_lstmproj_entry kl_lstmproj_list[];
-extern const kl_vunary_entry kl_vsigmoid_list[], kl_vtanh_list[], kl_vgelu_list[], kl_softmax_list[];
-extern const kl_rsum_entry kl_rsum_list[];
-extern const kl_fp_entry kl_fp_list[];
-extern const kl_gemm_entry kl_gemm_list[];
-extern const kl_x6gemm_entry kl_x6gemm_list[];
+extern const kl_vunary_entry kl_f32_vsigmoid_list[], kl_f32_vtanh_list[], kl_f32_vgelu_list[],
+    kl_f32_softmax_list[];
+extern const kl_rsum_entry kl_f32_rsum_list[];
+extern const kl_fp_entry kl_u64_fingerprint_list[];
+extern const kl_gemm_entry kl_bf16_gemm_list[];
+extern const kl_x6gemm_entry kl_f32_x6gemm_list[];
 extern const kl_f32_gemm_entry kl_f32_gemm_list[];
 extern const kl_f32_pgemm_entry kl_f32_pgemm_list[];
-extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_vsigmoid_count, kl_vtanh_count, kl_vgelu_count,
-    kl_rsum_count, kl_fp_count, kl_softmax_count, kl_gemm_count, kl_f32_gemm_count,
-    kl_f32_pgemm_count, kl_x6gemm_count;
+extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_f32_vsigmoid_count, kl_f32_vtanh_count,
+    kl_f32_vgelu_count, kl_f32_rsum_count, kl_u64_fingerprint_count, kl_f32_softmax_count,
+    kl_bf16_gemm_count, kl_f32_gemm_count, kl_f32_pgemm_count, kl_f32_x6gemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {

@@ -1150,7 +1150,7 @@ static const char* wtype_name(kl_wtype wt) {
 
 /* 1 if this CPU has what a list entry needs (else the entry is skipped). */
 static int cpu_has(unsigned arch, const char* name) {
-  if ((arch & ~kl_arch_detected()) == 0) return 1;
+  if ((arch & ~(kl_arch_detected() | KL_ARCH_F16_NARROW)) == 0) return 1; /* a preference: run it */
   printf("SKIP [kernel %s] this CPU lacks its features (0x%x)\n", name, arch);
   return 0;
 }
@@ -1191,13 +1191,13 @@ static const kl_lstmproj_entry* scalar_proj(kl_wtype wt) {
 
 /* Kernels that round h to bfloat16 (BF16 dot-product instructions) are looser. */
 static double kernel_tol(kl_wtype wt, const char* isa) {
-  return wt == KL_W_BF16 && (strstr(isa, "bf16") || strcmp(isa, "amx") == 0) ? 2e-2 : 2e-5;
+  return wt == KL_W_BF16 && (strstr(isa, "bf16") || strcmp(isa, "avx512amx") == 0) ? 2e-2 : 2e-5;
 }
 
 #define KNB 16 /* batch rows: 1, 3, 6, 8, 13, 16 (tiles of up to 4 or 6 rows, split evenly) */
 #define KR 40 /* largest R */
 
-static void test_cell_kernel(const kl_lstmcell_entry* k, const char* note) {
+static void test_cell_kernel(const kl_lstmcell_entry* k) {
   const kl_lstmcell_entry* ref = scalar_cell(k->wt);
   char why[200] = "";
   if (!ref) {
@@ -1256,8 +1256,9 @@ static void test_cell_kernel(const kl_lstmcell_entry* k, const char* note) {
                    special);
         free(w);
       }
-  check(ok, "[kernel %s] %s cell vs %s%s: R = 1, 2, 3, 17, 33, 40, 1/3/6/8/13/16 rows, +-inf / NaN in h, "
-        "NaN / inf in gates and c (tol %.0e); each row alone gives the same bits%s", k->name, wtype_name(k->wt), ref->name, note, tol, why);
+  check(ok, "[kernel %s] %s cell vs %s: R = 1, 2, 3, 17, 33, 40, 1/3/6/8/13/16 rows, +-inf / NaN in h, "
+        "NaN / inf in gates and c (tol %.0e); each row alone gives the same bits%s", k->name,
+        wtype_name(k->wt), ref->name, tol, why);
 }
 
 static void test_proj_kernel(const kl_lstmproj_entry* k) {
@@ -1666,44 +1667,37 @@ static void test_f16_conversion(void) {
 /* Every entry of every kernel list the CPU can run, whatever the ISA level. */
 static void test_kernel_lists(void) {
   test_f16_conversion();
-  const int f16_narrow = kl_f16_narrow_rows();
   for (size_t i = 0; i < kl_lstmcell_count; i++) {
     const kl_lstmcell_entry* k = &kl_lstmcell_list[i];
-    if (!k->arch || !cpu_has(k->arch, k->name)) continue;
-    if (k->wt == KL_W_F16 && strcmp(k->isa, "avx512f") == 0) {
-      /* single rows widened 16 and 8 halves at a time (the per-row bit check
-       * compares each with the multi-row tiles) */
-      kl_f16_narrow_rows_set(0);
-      test_cell_kernel(k, "");
-      kl_f16_narrow_rows_set(1);
-      test_cell_kernel(k, " (single rows widened 8 halves at a time)");
-      kl_f16_narrow_rows_set(f16_narrow);
-    } else {
-      test_cell_kernel(k, "");
-    }
+    if (k->arch && cpu_has(k->arch, k->name)) test_cell_kernel(k);
   }
   for (size_t i = 0; i < kl_lstmproj_count; i++)
     if (kl_lstmproj_list[i].arch && cpu_has(kl_lstmproj_list[i].arch, kl_lstmproj_list[i].name))
       test_proj_kernel(&kl_lstmproj_list[i]);
   for (int kind = 0; kind < 3; kind++) {
-    const kl_vunary_entry* list = kind == 0 ? kl_vsigmoid_list : kind == 1 ? kl_vtanh_list : kl_vgelu_list;
-    const size_t n = kind == 0 ? kl_vsigmoid_count : kind == 1 ? kl_vtanh_count : kl_vgelu_count;
+    const kl_vunary_entry* list =
+        kind == 0 ? kl_f32_vsigmoid_list : kind == 1 ? kl_f32_vtanh_list : kl_f32_vgelu_list;
+    const size_t n =
+        kind == 0 ? kl_f32_vsigmoid_count : kind == 1 ? kl_f32_vtanh_count : kl_f32_vgelu_count;
     for (size_t i = 0; i + 1 < n; i++) /* the last entry is the scalar one */
       if (cpu_has(list[i].arch, list[i].name))
         test_vunary_kernel(&list[i], &list[n - 1], kind == 0 ? "sigmoid" : kind == 1 ? "tanh" : "gelu");
   }
-  for (size_t i = 0; i + 1 < kl_rsum_count; i++)
-    if (cpu_has(kl_rsum_list[i].arch, kl_rsum_list[i].name))
-      test_rsum_kernel(&kl_rsum_list[i], &kl_rsum_list[kl_rsum_count - 1]);
-  for (size_t i = 0; i + 1 < kl_softmax_count; i++)
-    if (cpu_has(kl_softmax_list[i].arch, kl_softmax_list[i].name))
-      test_softmax_kernel(&kl_softmax_list[i], &kl_softmax_list[kl_softmax_count - 1]);
-  for (size_t i = 0; i + 1 < kl_fp_count; i++)
-    if (cpu_has(kl_fp_list[i].arch, kl_fp_list[i].name)) test_fp_kernel(&kl_fp_list[i]);
-  for (size_t i = 0; i < kl_gemm_count; i++)
-    if (cpu_has(kl_gemm_list[i].arch, kl_gemm_list[i].name)) test_gemm_kernel(&kl_gemm_list[i]);
-  for (size_t i = 0; i < kl_x6gemm_count; i++)
-    if (cpu_has(kl_x6gemm_list[i].arch, kl_x6gemm_list[i].name)) test_x6gemm_kernel(&kl_x6gemm_list[i]);
+  for (size_t i = 0; i + 1 < kl_f32_rsum_count; i++)
+    if (cpu_has(kl_f32_rsum_list[i].arch, kl_f32_rsum_list[i].name))
+      test_rsum_kernel(&kl_f32_rsum_list[i], &kl_f32_rsum_list[kl_f32_rsum_count - 1]);
+  for (size_t i = 0; i + 1 < kl_f32_softmax_count; i++)
+    if (cpu_has(kl_f32_softmax_list[i].arch, kl_f32_softmax_list[i].name))
+      test_softmax_kernel(&kl_f32_softmax_list[i], &kl_f32_softmax_list[kl_f32_softmax_count - 1]);
+  for (size_t i = 0; i + 1 < kl_u64_fingerprint_count; i++)
+    if (cpu_has(kl_u64_fingerprint_list[i].arch, kl_u64_fingerprint_list[i].name))
+      test_fp_kernel(&kl_u64_fingerprint_list[i]);
+  for (size_t i = 0; i < kl_bf16_gemm_count; i++)
+    if (cpu_has(kl_bf16_gemm_list[i].arch, kl_bf16_gemm_list[i].name))
+      test_gemm_kernel(&kl_bf16_gemm_list[i]);
+  for (size_t i = 0; i < kl_f32_x6gemm_count; i++)
+    if (cpu_has(kl_f32_x6gemm_list[i].arch, kl_f32_x6gemm_list[i].name))
+      test_x6gemm_kernel(&kl_f32_x6gemm_list[i]);
   for (size_t i = 0; i < kl_f32_gemm_count; i++)
     if (cpu_has(kl_f32_gemm_list[i].arch, kl_f32_gemm_list[i].name))
       test_f32_gemm_kernel(&kl_f32_gemm_list[i]);
@@ -1714,27 +1708,33 @@ static void test_kernel_lists(void) {
   const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
   int ok = 1;
   for (size_t i = 0; i < sizeof(wts) / sizeof(wts[0]); i++) ok = ok && scalar_cell(wts[i]) && scalar_proj(wts[i]);
-  check(ok && kl_vsigmoid_list[kl_vsigmoid_count - 1].arch == 0 &&
-            kl_vtanh_list[kl_vtanh_count - 1].arch == 0 && kl_vgelu_list[kl_vgelu_count - 1].arch == 0 &&
-            kl_rsum_list[kl_rsum_count - 1].arch == 0 &&
-            kl_fp_list[kl_fp_count - 1].arch == 0 && kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,
+  check(ok && kl_f32_vsigmoid_list[kl_f32_vsigmoid_count - 1].arch == 0 &&
+            kl_f32_vtanh_list[kl_f32_vtanh_count - 1].arch == 0 &&
+            kl_f32_vgelu_list[kl_f32_vgelu_count - 1].arch == 0 &&
+            kl_f32_rsum_list[kl_f32_rsum_count - 1].arch == 0 &&
+            kl_u64_fingerprint_list[kl_u64_fingerprint_count - 1].arch == 0 &&
+            kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,
         "[lists] every weight type has a scalar cell and projection; vector lists end with scalar");
 }
 
-/* The kernels the active level picks: per weight type, the first list entry it allows. */
+/* The kernels the active level picks: per weight type, the first list entry it
+ * allows; float16 both with and without the measured KL_ARCH_F16_NARROW. */
 static void test_dispatch(const char* name) {
-  const unsigned arch = kl_arch_active();
-  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16};
+  const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16, KL_W_F16};
+  const int f16_narrow = kl_f16_narrow_rows();
   int ok = 1;
-  char why[200] = "";
+  char why[300] = "";
   for (size_t t = 0; t < sizeof(wts) / sizeof(wts[0]); t++) {
+    const int narrow = t == 4 ? !f16_narrow : f16_narrow; /* the second float16: the other way */
+    kl_f16_narrow_rows_set(narrow);
     const kl_kernels k = kl_select_kernels(wts[t]);
+    const unsigned arch = kl_arch_active() | (wts[t] == KL_W_F16 && narrow ? KL_ARCH_F16_NARROW : 0);
     /* the first allowed entry for batches; without AMX tiles for small calls */
     const kl_lstmcell_entry *want = NULL, *small = NULL;
     for (size_t i = 0; i < kl_lstmcell_count && !want; i++)
       if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~arch) == 0) want = &kl_lstmcell_list[i];
     for (size_t i = 0; i < kl_lstmcell_count && !small; i++)
-      if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~(arch & ~KL_ARCH_AMX_BF16)) == 0)
+      if (kl_lstmcell_list[i].wt == wts[t] && (kl_lstmcell_list[i].arch & ~(arch & ~KL_ARCH_AVX512AMX)) == 0)
         small = &kl_lstmcell_list[i];
     if (!want || !small || k.cell != small->fn || (k.cell_batch ? k.cell_batch : k.cell) != want->fn) {
       ok = 0;
@@ -1743,8 +1743,9 @@ static void test_dispatch(const char* name) {
       snprintf(why + strlen(why), sizeof(why) - strlen(why), " %s=%s", wtype_name(wts[t]), want->name);
     }
   }
-  check(ok, "[%s] dispatch picks the first allowed list entry per type (without AMX below %d rows):%s",
-        name, KL_CELL_BATCH_MIN, why);
+  kl_f16_narrow_rows_set(f16_narrow);
+  check(ok, "[%s] dispatch picks the first allowed list entry per type (without AMX below %d rows; "
+        "float16 with and without the narrow preference):%s", name, KL_CELL_BATCH_MIN, why);
 }
 
 /* ---- main ---------------------------------------------------------------- */

@@ -2,13 +2,9 @@
  * the contract): up to 14 rows x 32 columns per tile, 28 accumulators, B's two
  * vectors per k loaded once for the rows, A broadcast; rows split into the fewest
  * tiles of at most 14, sizes as even as possible (240 = 12 x 13 + 6 x 14, not
- * 17 x 14 + 2). No packing at run time: on this project's 2-core AVX-512 Xeon,
- * 1 thread, bert's 64 x 768 x 768 product ran at 1.3-1.5x OpenBLAS sgemm (which
- * packs B on every call); 512 rows: par. 14-row tiles instead of 12 and the
- * prefetch below, lent 16-core Xeon, 1 thread, paired medians of 150: 171 x 768
- * x 768 0.91-0.94x the time, 240-256 rows 0.97-0.99x, 512 rows and K = 2048 level
- * (benchmarks/RESULTS.md). One fused multiply-add per k in k order per element,
- * as the scalar kernel: the tiling does not change the bits. */
+ * 17 x 14 + 2). B is packed once, ahead of the call (OpenBLAS packs it on every
+ * call). One fused multiply-add per k in k order per element, as the scalar
+ * kernel: the tiling does not change the bits. */
 #include <immintrin.h>
 #include <stdint.h>
 

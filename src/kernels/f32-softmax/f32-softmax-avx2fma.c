@@ -30,7 +30,7 @@ void kl_f32_softmax_ukernel__avx2fma(size_t n, const float* x, float* y) {
   __m256 vs = _mm256_setzero_ps();
   for (i = 0; i + 8 <= n; i += 8) {
     const __m256 d = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_sub_ps(_mm256_loadu_ps(x + i), vmx)));
-    const __m256 e = kl_avx2_exp(d);
+    const __m256 e = kl_avx2fma_exp(d);
     _mm256_storeu_ps(y + i, e);
     vs = _mm256_add_ps(vs, e);
   }

@@ -18,13 +18,13 @@ void kl_f32_softmax_ukernel__avx512f(size_t n, const float* x, float* y) {
   const __m512 vmx = _mm512_set1_ps(mx);
   __m512 vs = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
-    const __m512 e = kl_avx512_exp(kl_avx512_clamp(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmx), -87.0f, 0.0f));
+    const __m512 e = kl_avx512f_exp(kl_avx512f_clamp(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmx), -87.0f, 0.0f));
     _mm512_storeu_ps(y + i, e);
     vs = _mm512_add_ps(vs, e);
   }
   if (i < n) {
     const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-    const __m512 e = kl_avx512_exp(kl_avx512_clamp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmx), -87.0f, 0.0f));
+    const __m512 e = kl_avx512f_exp(kl_avx512f_clamp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmx), -87.0f, 0.0f));
     _mm512_mask_storeu_ps(y + i, m, e);
     vs = _mm512_mask_add_ps(vs, m, vs, e);
   }

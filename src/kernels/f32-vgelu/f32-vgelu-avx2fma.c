@@ -9,7 +9,7 @@ KL_INLINE __m256 gelu(__m256 x) {
   const __m256 u = _mm256_mul_ps(_mm256_add_ps(x, _mm256_mul_ps(x3, _mm256_set1_ps(0.044715f))),
                                  _mm256_set1_ps(0.7978845608f));
   return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)),
-                       _mm256_add_ps(kl_avx2_tanh(u), _mm256_set1_ps(1.0f)));
+                       _mm256_add_ps(kl_avx2fma_tanh(u), _mm256_set1_ps(1.0f)));
 }
 
 void kl_f32_vgelu__avx2fma(size_t n, const float* x, float* y) {

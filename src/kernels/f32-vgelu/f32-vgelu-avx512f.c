@@ -9,7 +9,7 @@ KL_INLINE __m512 gelu(__m512 x) {
   const __m512 u = _mm512_mul_ps(_mm512_add_ps(x, _mm512_mul_ps(x3, _mm512_set1_ps(0.044715f))),
                                  _mm512_set1_ps(0.7978845608f));
   return _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.5f)),
-                       _mm512_add_ps(kl_avx512_tanh(u), _mm512_set1_ps(1.0f)));
+                       _mm512_add_ps(kl_avx512f_tanh(u), _mm512_set1_ps(1.0f)));
 }
 
 void kl_f32_vgelu__avx512f(size_t n, const float* x, float* y) {
