@@ -36,23 +36,6 @@ static void cell_step(const kl_plan* x, int d, int64_t s, size_t n, kl_cell_row*
   for (size_t blk = blk1; blk > blk0; blk--) cell(m->R, m->Hp, blk - 1, blk, w, bias, n, rows);
 }
 
-/* The next step's input-gate rows (this thread's units of them) towards L2: G's
- * rows are B apart and long out of cache, which the hardware prefetchers do not
- * follow. */
-static void prefetch_gates(const kl_plan* x, int d, int64_t s, const int32_t* mine, int64_t n_mine,
-                           int reverse, size_t blk0, size_t blk1) {
-  const size_t esz = x->m->esz, Hp = x->m->Hp;
-  for (int64_t i = 0; i < n_mine; i++) {
-    const int64_t b = mine[i];
-    if (x->len[b] <= s + 1) continue;
-    const int64_t t = reverse ? x->len[b] - 2 - s : s + 1;
-    const char* g = x->G + ((size_t)(t * x->gt + b * x->gb) * x->ldg + (size_t)d * 4 * Hp) * esz;
-    for (size_t gg = 0; gg < 4; gg++)
-      for (size_t o = blk0 * KL_NR * esz; o < blk1 * KL_NR * esz; o += 64)
-        __builtin_prefetch(g + gg * Hp * esz + o, 0, 2);
-  }
-}
-
 void kl_run_direction(const kl_plan* x, int d, int gi, kl_split sp, int ith) {
   const kl_lstm* m = x->m;
   const size_t esz = m->esz, R = m->R, Rs = m->Rs, Hp = m->Hp;
@@ -100,7 +83,19 @@ void kl_run_direction(const kl_plan* x, int d, int gi, kl_split sp, int ith) {
       nb++;
     }
     if (nb) cell_step(x, d, s, nb, rows, blk0, blk1);
-    prefetch_gates(x, d, s, mine, n_mine, reverse, blk0, blk1);
+    /* The next step's input-gate rows (this thread's units of them) towards L2:
+     * G's rows are B apart and long out of cache, which the hardware prefetchers
+     * do not follow. Written here, not in a helper: GCC finds a function that
+     * only prefetches free of effects and drops its calls. */
+    for (int64_t i = 0; i < n_mine; i++) {
+      const int64_t b = mine[i];
+      if (x->len[b] <= s + 1) continue;
+      const int64_t t = reverse ? x->len[b] - 2 - s : s + 1;
+      const char* g = x->G + ((size_t)(t * x->gt + b * x->gb) * x->ldg + (size_t)d * 4 * Hp) * esz;
+      for (size_t gg = 0; gg < 4; gg++)
+        for (size_t o = blk0 * KL_NR * esz; o < blk1 * KL_NR * esz; o += 64)
+          __builtin_prefetch(g + gg * Hp * esz + o, 0, 2);
+    }
     if (nb == 0) break;
     if (m->P) {
       if (by_units) kl_barrier_wait(bar, ui);
