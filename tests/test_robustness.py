@@ -328,4 +328,4 @@ def test_keyboard_interrupt_stops_a_long_call(layers, bidirectional, nth):
     """)
     assert r.returncode == 0, r.stderr[-2000:]
     what, full, took = r.stdout.split()
-    assert what == "interrupted" and float(took) < min(0.7, float(full) / 2), r.stdout
+    assert what == "interrupted" and float(took) < min(1.0, float(full) / 2), r.stdout
