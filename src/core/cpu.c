@@ -138,11 +138,10 @@ int kl_f32_amx_enabled(void) {
 }
 
 /* ---- float16 single rows: the list's KL_ARCH_F16_NARROW entry or not ----
- * Both give the same bits; which is faster differs by CPU (those that split
- * 512-bit conversions in two prefer 8 halves per instruction). Decided once per
- * process: KOKORO_LSTM_F16_WIDEN=256|512, else the narrow entry when one row
- * through a block of R = 128 (zeros, L1-resident; best of 9 rounds, about
- * 0.3 ms) takes it at most 95% of the time of the entry it would replace. */
+ * Both give the same bits; CPUs that split 512-bit conversions in two prefer 8
+ * halves per instruction. Decided once per process: KOKORO_LSTM_F16_WIDEN=256|512,
+ * else the narrow entry when it runs one row through a block of R = 128 in at
+ * most 95% of the other's time (each timed 9 times, on zeros in L1). */
 static atomic_int g_f16_narrow = 0;
 static pthread_once_t g_f16_once = PTHREAD_ONCE_INIT;
 

@@ -207,8 +207,8 @@ void kl_barrier_wait(kl_barrier* b, int i);
 #define KL_ARCH_NEON 0x10u       /* AArch64 Advanced SIMD (FCVTL half conversion included) */
 #define KL_ARCH_NEONBF16 0x20u   /* FEAT_BF16 (BFDOT) */
 #define KL_ARCH_AVX512AMX 0x40u  /* AMX-TILE + AMX-BF16 (tdpbf16ps), and the OS lets us use them */
-/* Not a CPU feature: float16 single rows run faster widened 8 halves at a time
- * (measured once, kl_f16_narrow_rows); the dispatch adds it for float16. */
+/* Not a CPU feature: float16 single rows widened 8 halves at a time are chosen
+ * for this process (kl_f16_narrow_rows); the dispatch adds it for float16. */
 #define KL_ARCH_F16_NARROW 0x80u
 int64_t kl_now_ns(void); /* CLOCK_MONOTONIC in ns (threadpool.c) */
 unsigned kl_arch_detected(void); /* the features of this CPU (and build) */

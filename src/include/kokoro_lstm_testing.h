@@ -41,7 +41,7 @@ void kl_f32_amx_set(int on);
 int kl_f32_amx_enabled(void);
 /* float16 weights on AVX-512, a single batch row: 1 when its halves are widened
  * 8 per instruction instead of 16 (same bits). Decided once per process by timing
- * both (about 0.3 ms), or by KOKORO_LSTM_F16_WIDEN=256 / 512; _set overrides it
+ * both, or by KOKORO_LSTM_F16_WIDEN=256 / 512; _set overrides it
  * (tests). */
 int kl_f16_narrow_rows(void);
 void kl_f16_narrow_rows_set(int on);

@@ -1718,7 +1718,7 @@ static void test_kernel_lists(void) {
 }
 
 /* The kernels the active level picks: per weight type, the first list entry it
- * allows; float16 both with and without the measured KL_ARCH_F16_NARROW. */
+ * allows; float16 both with and without KL_ARCH_F16_NARROW. */
 static void test_dispatch(const char* name) {
   const kl_wtype wts[] = {KL_W_F32, KL_W_F64, KL_W_BF16, KL_W_F16, KL_W_F16};
   const int f16_narrow = kl_f16_narrow_rows();

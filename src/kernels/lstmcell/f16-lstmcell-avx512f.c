@@ -3,9 +3,9 @@
  * accumulated in float32 with FMA in k order. Layout: see f16-lstmcell-scalar.c.
  *
  * The _narrow entry widens a single batch row's halves 8 per instruction (F16C)
- * into two ymm accumulators per gate: the same bits, faster on CPUs that split
- * 512-bit conversions in two; the dispatch takes it where it measures faster
- * (KL_ARCH_F16_NARROW, kl_f16_narrow_rows in src/core/cpu.c). */
+ * into two ymm accumulators per gate: the same bits, for CPUs that split 512-bit
+ * conversions in two; the dispatch decides which (KL_ARCH_F16_NARROW,
+ * kl_f16_narrow_rows in src/core/cpu.c). */
 #include <immintrin.h>
 
 #include "internal.h"
