@@ -186,6 +186,16 @@ CASES = [  # I, H, L, D, proj, B, T, bias, states, lengths, batch_first
 
 
 @gpu
+def test_bad_exchange_is_a_value_error(monkeypatch):
+    monkeypatch.setenv("KOKORO_LSTM_CUDA_RECURRENCE", "cluster")
+    monkeypatch.setenv("KOKORO_LSTM_CUDA_EXCHANGE", "bogus")
+    rng = np.random.default_rng(7)
+    x, ws, h0, c0, ln = _case(rng, 8, 64, 1, 1, 0, 1, 5, True, False, False, False)
+    with pytest.raises(ValueError, match="KOKORO_LSTM_CUDA_EXCHANGE must be barrier or mbarrier"):
+        _run_cuda(x, ws, 1, 1, 64, 0, True, h0, c0, ln, False)
+
+
+@gpu
 @pytest.mark.parametrize("case", CASES)
 def test_semantics_against_float64(case, path):
     I, H, L, D, proj, B, T, bias, states, lengths, bfirst = case

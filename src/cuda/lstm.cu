@@ -2,9 +2,9 @@
 //
 // Compiled at run time by NVRTC (src/cuda/module.c) with no headers; every
 // size the loops depend on arrives as a -D option, so each (shape, dtype)
-// gets its own module. Arithmetic is exact float32: fused multiply-adds in a
-// fixed order (so every run gives the same bits), no TF32; activations through
-// the special function unit's exp2 (kl_sigmoid, kl_tanh).
+// gets its own module. Arithmetic is float32: fused multiply-adds in a fixed
+// order (so every run gives the same bits), no TF32; activations through the
+// special function unit's exp2 (kl_sigmoid, kl_tanh).
 //
 // Options common to all kernels:
 //   KL_H, KL_R       hidden size and recurrent width (R = proj_size or H)
@@ -13,7 +13,9 @@
 //   KL_LCAP          capacity of the lengths array carried in the parameters
 //                    (0: no lengths, every sequence runs T steps)
 // Cluster recurrence (kl_lstm_cluster, sm_90+): KL_C CTAs per cluster own
-// H / KL_C hidden units each, KL_NB batch rows per cluster, KL_NT threads.
+// H / KL_C hidden units each, KL_NB batch rows per cluster, KL_NT threads;
+// KL_XCHG 1 (default) exchanges h by mbarrier-counted st.async stores, 0 by
+// stores and a cluster barrier per step.
 
 #ifndef KL_LCAP
 #define KL_LCAP 0

@@ -336,6 +336,7 @@ kl_status kl_cuda_lstm_forward(const kl_cuda_call* c, char* err, size_t n) {
     const int xk = exchange_kind();
     if (xk < 0) {
       snprintf(err, n, "KOKORO_LSTM_CUDA_EXCHANGE must be barrier or mbarrier");
+      st = KL_ERR_ARG;
       goto done;
     }
     DEF(d_x, "-DKL_XCHG=%d", C > 1 ? xk : 0); /* st.async needs a peer CTA */
