@@ -248,38 +248,58 @@ def test_conv1d_shape_error():
         _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), _t(y))
 
 
-def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None):
+def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None, stride=1, dil=1):
     """conv1d_v1 with w packed in panels over (tap, channel) (config value w_panels = 1)."""
     P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy())) if packed is None else packed
-    cfg = _cfg(_dense.Conv1dConfig(pad_l=pad[0], pad_r=pad[1], has_bias=int(bias is not None),
-                                   num_threads=nth, w_panels=1))
+    cfg = _cfg(_dense.Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[1], dilation=dil,
+                                   has_bias=int(bias is not None), num_threads=nth, w_panels=1))
     cout = y.shape[1]
     _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(P), *([_t(bias.view(1, cout, 1))] if bias is not None else []),
                             _t(y))
 
 
-@pytest.mark.parametrize("cin,cout,k,pad,w", [
-    (16, 9, 3, (1, 1), 21),
-    (12, 40, 5, (2, 2), 17),      # a partial second panel
-    (70, 33, 5, (6, 3), 30),      # K = 350 over two K blocks; windows of padding only
-    (4, 6, 3, (0, 0), 3),         # one output step
-    (8, 5, 2, (0, 1), 300),       # an even kernel; 300 steps: two row blocks
+@pytest.mark.parametrize("cin,cout,k,pad,w,stride,dil", [
+    (16, 9, 3, (1, 1), 21, 1, 1),
+    (12, 40, 5, (2, 2), 17, 1, 1),      # a partial second panel
+    (70, 33, 5, (6, 3), 30, 1, 1),      # K = 350 over two K blocks; windows of padding only
+    (4, 6, 3, (0, 0), 3, 1, 1),         # one output step
+    (8, 5, 2, (0, 1), 300, 1, 1),       # an even kernel; 300 steps: two row blocks
+    (22, 40, 12, (3, 3), 61, 6, 1),     # Kokoro's noise_convs[0], short: strided
+    (1, 1, 3, (1, 1), 16, 2, 1),        # F0_conv / N_conv
+    (3, 7, 4, (0, 0), 30, 5, 1),        # stride > kernel: input steps skipped
+    (16, 9, 3, (3, 3), 40, 1, 3),       # Kokoro's resblock convs, short: dilated, 'same'
+    (10, 33, 11, (25, 25), 260, 1, 5),  # dilation 5 over 11 taps, two row blocks per phase
+    (6, 5, 3, (0, 2), 9, 1, 4),         # fewer outputs than phases
 ])
 @pytest.mark.parametrize("bias", [False, True])
-def test_conv1d_panels_against_torch(cin, cout, k, pad, w, bias):
+def test_conv1d_panels_against_torch(cin, cout, k, pad, w, stride, dil, bias):
     g = torch.Generator().manual_seed(6)
     x = torch.randn(2, cin, w, generator=g)
     wt = torch.randn(cout, cin, k, generator=g)
     b = torch.randn(cout, generator=g) if bias else None
     want = torch.nn.functional.conv1d(torch.nn.functional.pad(x.double(), pad), wt.double(),
-                                      b.double() if bias else None).numpy()
+                                      b.double() if bias else None, stride=stride,
+                                      dilation=dil).numpy()
     ys = []
     for nth in (1, 2, 3):
         y = torch.full(want.shape, float("nan"))
-        _conv_panels(x, wt, y, pad, bias=b, nth=nth)
+        _conv_panels(x, wt, y, pad, bias=b, nth=nth, stride=stride, dil=dil)
         _close(y.numpy(), want)
         ys.append(y.numpy())
     assert all(np.array_equal(ys[0], o) for o in ys[1:])   # any thread count, same bits
+
+
+@pytest.mark.parametrize("stride,dil", [(1, 3), (3, 1)])
+def test_conv1d_panels_nan_confined(stride, dil):
+    """NaN in x reaches exactly the outputs torch's reach, strided or dilated."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(1, 5, 50, generator=g)
+    x[0, 2, 20] = float("nan")
+    wt = torch.randn(4, 5, 3, generator=g)
+    want = torch.nn.functional.conv1d(x, wt, stride=stride, padding=2, dilation=dil)
+    y = torch.empty_like(want)
+    _conv_panels(x, wt, y, (2, 2), stride=stride, dil=dil)
+    assert torch.isnan(y).any() and torch.equal(torch.isnan(y), torch.isnan(want))
 
 
 def test_conv1d_panels_errors():
@@ -519,8 +539,9 @@ def test_rewrite_packs_constant_weights_once():
 def test_rewrite_convs_on_panels_weight_norm_folded():
     """A conv whose weight is computed from constants (weight norm, as torch.export
     keeps it) gets that weight evaluated at compile time and packed in panels, its
-    computation dropped; a conv on a computed weight, a strided one and a 1-tap one
-    stay on im2col + OpenBLAS. Results as TVM's own lowering."""
+    computation dropped, as do a strided and a dilated one; a conv on a computed
+    weight, one both strided and dilated and a 1-tap one stay on im2col + OpenBLAS.
+    Results as TVM's own lowering."""
     rng = np.random.default_rng(9)
     v = rng.standard_normal((8, 6, 3)).astype("float32")
     gain = rng.standard_normal((8, 1, 1)).astype("float32")
@@ -540,15 +561,18 @@ def test_rewrite_convs_on_panels_weight_norm_folded():
                 c = bb.emit(relax.op.nn.conv1d(x, w, padding=[1, 1]))              # panels
                 c = bb.emit(relax.op.add(c, relax.const(bc)))                       # bias fused
                 c = bb.emit(relax.op.nn.conv1d(c, wp, padding=[2, 2]))             # computed w
-                c = bb.emit(relax.op.nn.conv1d(c, relax.const(w3), strides=[2]))   # strided
+                c3 = relax.const(w3)
+                c = bb.emit(relax.op.nn.conv1d(c, c3, strides=[2]))                # strided
+                c = bb.emit(relax.op.nn.conv1d(c, c3, dilation=[3], padding=[3, 3]))  # dilated
+                c = bb.emit(relax.op.nn.conv1d(c, c3, strides=[2], dilation=[2]))  # both: BLAS
                 c = bb.emit(relax.op.nn.conv1d(c, relax.const(w1)))                # 1 tap
                 out = bb.emit_output(c)
             bb.emit_func_output(out)
 
     mod = _build(make)
     rewritten, counts = kt.rewrite_dense(mod)
-    assert counts["conv1d"] == 4 and counts["conv1d_panels"] == 1 and counts["bias_fused"] == 1
-    assert counts["panels_packed"] == 1
+    assert counts["conv1d"] == 6 and counts["conv1d_panels"] == 3 and counts["bias_fused"] == 1
+    assert counts["panels_packed"] == 2   # w3 once for its two convs on panels
     text = rewritten.script(show_meta=False)
     assert "R.sqrt" not in text and "R.divide" not in text   # the weight norm is gone
     inputs = [rng.standard_normal((1, 6, 20)).astype("float32"),

@@ -13,7 +13,7 @@ src/ops/dense.c), one ``relax.dpl`` pattern and one check per rule (:data:`_RULE
   engine's f32-pgemm kernels; a following per-column bias add and a GELU (tanh
   form, ALBERT's ``gelu_new``) are fused into the call;
 * ``conv1d`` (NCW/OIW, groups 1) by ``conv1d_v1``, a per-channel bias add fused; a
-  constant weight of more than one tap (stride and dilation 1) is packed in panels
+  constant weight of more than one tap (stride or dilation 1) is packed in panels
   over (tap, channel) (:func:`pack_conv_panels`), a weight computed from constants
   (weight norm) evaluated at compile time first (:func:`_fold_weights`);
 * a depthwise ``conv1d_transpose`` by ``conv1d_transpose_dw_v1``;
@@ -78,7 +78,7 @@ class Conv1dConfig(NamedTuple):
     dilation: int = 1
     has_bias: int = 0
     num_threads: int = 0
-    w_panels: int = 0     # 1: w packed by pack_conv_panels (stride and dilation 1)
+    w_panels: int = 0     # 1: w packed by pack_conv_panels (stride or dilation 1)
 
 
 class Conv1dTransposeDwConfig(NamedTuple):
@@ -366,10 +366,10 @@ def _transpose_weights(scope):
 
 def _conv_on_panels(w_shape, stride, dilation):
     """Whether a conv1d with a constant weight runs on panels (``w_panels``):
-    stride and dilation 1 (its shifted rows are then contiguous) and a kernel of
-    more than one tap (a 1-tap conv needs no im2col on the BLAS path, which is as
-    fast)."""
-    return stride == 1 and dilation == 1 and w_shape is not None and w_shape[2] > 1
+    stride or dilation 1 (each output's window is then one run of the time-major
+    input, of every d-th step for dilation d) and a kernel of more than one tap (a
+    1-tap conv needs no im2col on the BLAS path, which is as fast)."""
+    return (stride == 1 or dilation == 1) and w_shape is not None and w_shape[2] > 1
 
 
 # -- patterns -----------------------------------------------------------------------------
