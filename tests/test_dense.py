@@ -660,6 +660,38 @@ def test_rewrite_torch_conv_transpose_weight_norm():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def test_rewrite_kokoro_custom_stft_convs():
+    """Kokoro's CustomSTFT (KModel(disable_complex=True)), as its Generator uses it:
+    the forward transform's strided conv1d (1 -> 11 bins, 20 taps, hop 5) on
+    panels and the inverse's conv_transpose1d (11 bins -> 1, groups 1) on
+    conv1d_transpose_v1, on its DFT buffers (constants)."""
+    cs = require("kokoro.custom_stft")
+
+    class StftRoundTrip(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stft = cs.CustomSTFT(filter_length=20, hop_length=5, win_length=20)
+
+        def forward(self, x):
+            st = self.stft
+            real = torch.nn.functional.conv1d(x, st.weight_forward_real, stride=st.hop_length)
+            imag = torch.nn.functional.conv1d(x, st.weight_forward_imag, stride=st.hop_length)
+            return st.inverse(torch.sqrt(real * real + imag * imag + 1e-14), torch.atan2(imag, real))
+
+    torch.manual_seed(14)
+    model = StftRoundTrip().eval()
+    x = torch.randn(1, 1, 620)
+    with torch.no_grad():
+        want = model(x).numpy()
+    mod = kt.from_exported_program(torch.export.export(model, (x,)))
+    mod, counts = _dense.rewrite_dense(mod)
+    assert counts.get("conv1d_panels") == 2 and counts.get("conv1d_transpose_panels") == 2, counts
+    ex = tvm.compile(kt.prepare(mod), target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
 def test_rewrite_leaves_dynamic_and_non_float32_alone():
     def make(bb):
         n = tvm.tirx.Var("n", "int64")
