@@ -339,8 +339,10 @@ static void im2col_task(void* ctx, int ith, int nth) {
  * A transposed convolution of stride s has s phases (one per output t mod s,
  * each a plain correlation over its own taps) on one xt; a dilated one (stride
  * 1, dilation d) has d phases sharing one set of panels, each on its own xt_g
- * (every d-th input step). A task computes a block of rows times a run of
- * panels into a tile in L1 and stores it to y's rows with stride tstep. */
+ * (every d-th input step). A task takes one block of rows i (the same block in
+ * every phase: one window of the output) and a run of panels, and for each panel
+ * computes every phase's tile in L1 and stores it to y's rows with stride
+ * tstep: each output line is written whole by one thread while in its cache. */
 typedef struct ph_job {
   int64_t batch, nph, cout, wout;
   const float* xt;
@@ -350,35 +352,34 @@ typedef struct ph_job {
   const int64_t* t0;            /* per phase: first output step */
   const int64_t* kred;          /* per phase: the reduction length (rows of its panels) */
   const int64_t* w_off;         /* per phase: floats from a panel's start to its rows */
-  const int64_t* task0;         /* per phase: its first task (batch 0), nph + 1 values */
   int64_t tstep;
   const float* w;
   int64_t w_pstride;            /* floats between panels */
   const float* bias;
   float* y;
   kl_f32_pgemm_ukernel_fn kern;
-  int64_t np, pchunk, pblocks, mb, ntasks;
+  int64_t np, pchunk, pblocks, mb, rblocks, ntasks;
   float* tiles;                 /* per thread: mb x KL_PGEMM_NR */
   atomic_llong next;
 } ph_job;
 
 static void ph_tile(const ph_job* j, int64_t t, float* tile) {
-  const int64_t per = j->task0[j->nph], b = t / per;
-  int64_t r = t % per, g = 0;
-  while (r >= j->task0[g + 1]) g++;
-  r -= j->task0[g];
+  const int64_t per = j->rblocks * j->pblocks, b = t / per, r = t % per;
   const int64_t m0 = (r / j->pblocks) * j->mb, p0 = (r % j->pblocks) * j->pchunk;
-  const int64_t m = j->m[g] - m0 < j->mb ? j->m[g] - m0 : j->mb;
   const int64_t p1 = p0 + j->pchunk < j->np ? p0 + j->pchunk : j->np;
-  const float* A = j->xt + b * j->xt_sb + g * j->xt_sph + j->a_off[g] + m0 * j->lda;
-  float* Y = j->y + b * j->cout * j->wout + j->t0[g] + m0 * j->tstep;
   for (int64_t p = p0; p < p1; p++) {
     const int64_t n0 = p * KL_PGEMM_NR, n = j->cout - n0 < KL_PGEMM_NR ? j->cout - n0 : KL_PGEMM_NR;
-    kl_pgemm_panels(j->kern, m, n, j->kred[g], A, j->lda, j->w + p * j->w_pstride + j->w_off[g],
-                    j->bias ? j->bias + n0 : NULL, 1, tile, KL_PGEMM_NR, 0, 1, 0);
-    for (int64_t c = 0; c < n; c++) {
-      float* yr = Y + (n0 + c) * j->wout;
-      for (int64_t i = 0; i < m; i++) yr[i * j->tstep] = tile[i * KL_PGEMM_NR + c];
+    for (int64_t g = 0; g < j->nph; g++) {
+      if (m0 >= j->m[g]) continue;
+      const int64_t m = j->m[g] - m0 < j->mb ? j->m[g] - m0 : j->mb;
+      const float* A = j->xt + b * j->xt_sb + g * j->xt_sph + j->a_off[g] + m0 * j->lda;
+      kl_pgemm_panels(j->kern, m, n, j->kred[g], A, j->lda, j->w + p * j->w_pstride + j->w_off[g],
+                      j->bias ? j->bias + n0 : NULL, 1, tile, KL_PGEMM_NR, 0, 1, 0);
+      float* Y = j->y + b * j->cout * j->wout + j->t0[g] + m0 * j->tstep;
+      for (int64_t c = 0; c < n; c++) {
+        float* yr = Y + (n0 + c) * j->wout;
+        for (int64_t i = 0; i < m; i++) yr[i * j->tstep] = tile[i * KL_PGEMM_NR + c];
+      }
     }
   }
 }
@@ -390,11 +391,10 @@ static void ph_task(void* ctx, int ith, int nth) {
   for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) ph_tile(j, t, tile);
 }
 
-/* Runs j (its fields up to kern and the per-phase tables filled; task0 with
- * nph + 1 entries to fill): row blocks of at most KL_PGEMM_MC, panels split in
- * runs so that there are about 2 tasks per thread. Results do not depend on the
- * split. */
-static kl_status ph_run(ph_job* j, int64_t* task0, int nth) {
+/* Runs j (its fields up to kern filled): blocks of rows of at most
+ * KL_PGEMM_MC, split evenly; panels split in runs so that there are about 2
+ * tasks per thread. Results do not depend on the split. */
+static kl_status ph_run(ph_job* j, int nth) {
   j->np = cdiv(j->cout, KL_PGEMM_NR);
   int64_t mmax = 0;
   double macs = 0.0;
@@ -403,19 +403,15 @@ static kl_status ph_run(ph_job* j, int64_t* task0, int nth) {
     macs += (double)j->batch * (double)j->m[g] * (double)(j->kred[g] + 1) * (double)j->cout;
   }
   if (mmax == 0) return KL_OK;
-  j->mb = mmax < KL_PGEMM_MC ? mmax : KL_PGEMM_MC;
-  int64_t have = 0;
-  for (int64_t g = 0; g < j->nph; g++) have += cdiv(j->m[g], j->mb);
-  have *= j->batch;
+  j->rblocks = cdiv(mmax, KL_PGEMM_MC);
+  j->mb = cdiv(mmax, j->rblocks);
+  const int64_t have = j->batch * j->rblocks;
   if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
   const int64_t want = nth > 1 ? 2 * (int64_t)nth : 1;
   const int64_t split = have >= want ? 1 : cdiv(want, have);
   j->pchunk = cdiv(j->np, split < j->np ? split : j->np);
   j->pblocks = cdiv(j->np, j->pchunk);
-  task0[0] = 0;
-  for (int64_t g = 0; g < j->nph; g++) task0[g + 1] = task0[g] + cdiv(j->m[g], j->mb) * j->pblocks;
-  j->task0 = task0;
-  j->ntasks = j->batch * task0[j->nph];
+  j->ntasks = have * j->pblocks;
   if (nth > j->ntasks) nth = (int)j->ntasks;
   atomic_init(&j->next, 0);
   size_t cap = 0;
@@ -512,7 +508,7 @@ static void xt_task(void* ctx, int ith, int nth) {
  * g < d) is rows i .. i + ksize - 1 of xt_g, every d-th step of x from g - pad_l. */
 static kl_status conv1d_panels_dilated(const kl_conv1d_args* a, int nth) {
   const int64_t d = a->dilation, rows = cdiv(a->wout + (a->ksize - 1) * d, d);
-  int64_t* tab = malloc((size_t)(6 * d + 1) * sizeof(int64_t));
+  int64_t* tab = malloc((size_t)(5 * d) * sizeof(int64_t));
   if (!tab) return KL_ERR_NOMEM;
   int64_t *a_off = tab, *m = tab + d, *t0 = tab + 2 * d, *kred = tab + 3 * d, *w_off = tab + 4 * d;
   for (int64_t g = 0; g < d; g++) {
@@ -546,7 +542,7 @@ static kl_status conv1d_panels_dilated(const kl_conv1d_args* a, int nth) {
     j.bias = a->bias;
     j.y = a->y;
     j.kern = kl_select_f32_pgemm();
-    if (st == KL_OK) st = ph_run(&j, tab + 5 * d, nth);
+    if (st == KL_OK) st = ph_run(&j, nth);
     kl_scratch_give(gx.xt, cap);
   }
   free(tab);
@@ -675,7 +671,7 @@ kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* a) {
   if (a->batch == 0 || a->wout == 0) return KL_OK;
   const int nth = kl_threads_resolve(a->num_threads);
   const int64_t s = a->stride, p = a->pad_l, taps = ct_phase_taps(a->ksize, s, a->dilation, 0);
-  int64_t* tab = malloc((size_t)(6 * s + 1) * sizeof(int64_t));
+  int64_t* tab = malloc((size_t)(5 * s) * sizeof(int64_t));
   if (!tab) return KL_ERR_NOMEM;
   int64_t *a_off = tab, *m = tab + s, *t0 = tab + 2 * s, *kred = tab + 3 * s, *w_off = tab + 4 * s;
   const int64_t qmax = (a->wout - 1 + p) / s;
@@ -726,7 +722,7 @@ kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* a) {
     j.bias = a->bias;
     j.y = a->y;
     j.kern = kl_select_f32_pgemm();
-    if (st == KL_OK) st = ph_run(&j, tab + 5 * s, nth);
+    if (st == KL_OK) st = ph_run(&j, nth);
     kl_scratch_give(gx.xt, cap);
   }
   free(packed);
