@@ -333,16 +333,16 @@ static void im2col_task(void* ctx, int ith, int nth) {
 
 /* ---- convolutions as phases of panel GEMMs ------------------------------------
  * When the im2col rows of a convolution's outputs are not evenly spaced rows of
- * the time-major input, its outputs are split into phases whose rows are: phase
- * g's outputs t = t0[g] + tstep * i, i < m[g], output i being rows i .. of the
- * time-major input xt_g (rows lda apart, overlapping) times phase g's panels.
+ * the time-major input, its outputs are split into phases in which they are:
+ * phase g's outputs t = t0[g] + tstep * i, i < m[g], output i being rows i .. of
+ * the time-major input xt_g (rows lda apart, overlapping) times g's panels.
  * A transposed convolution of stride s has s phases (one per output t mod s,
  * each a plain correlation over its own taps) on one xt; a dilated one (stride
  * 1, dilation d) has d phases sharing one set of panels, each on its own xt_g
  * (every d-th input step). A task takes one block of rows i (the same block in
  * every phase: one window of the output) and a run of panels, and for each panel
  * computes every phase's tile in L1 and stores it to y's rows with stride
- * tstep: each output line is written whole by one thread while in its cache. */
+ * tstep: the lines of one output window are completed by one task, in its cache. */
 typedef struct ph_job {
   int64_t batch, nph, cout, wout;
   const float* xt;
@@ -424,7 +424,9 @@ static kl_status ph_run(ph_job* j, int nth) {
 
 /* xt_g for g < nph, per batch element: rows u < rows of cin floats (a phase's
  * rows at xt + (b * nph + g) * rows * cin), row u holding x[.., g + step * u - off],
- * zeros where that step is outside [0, win). */
+ * zeros where that step is outside [0, win). Built in runs of KL_GX_ROWS rows,
+ * dealt evenly to the threads. */
+#define KL_GX_ROWS 256
 typedef struct gx_job {
   const float* x;
   int64_t batch, cin, win, nph, rows, step, off;
@@ -433,19 +435,22 @@ typedef struct gx_job {
 
 static void gx_task(void* ctx, int ith, int nth) {
   const gx_job* j = ctx;
-  const int64_t total = j->batch * j->nph, per = cdiv(total, nth);
+  const int64_t runs = cdiv(j->rows, KL_GX_ROWS), total = j->batch * j->nph * runs;
+  const int64_t per = cdiv(total, nth);
   const int64_t r0 = per * ith, r1 = r0 + per < total ? r0 + per : total;
-  for (int64_t r = r0; r < r1; r++) { /* r = b * nph + g */
-    const int64_t b = r / j->nph, g = r % j->nph;
+  for (int64_t r = r0; r < r1; r++) { /* r = (b * nph + g) * runs + run */
+    const int64_t bg = r / runs, g = bg % j->nph, b = bg / j->nph;
+    const int64_t u0 = (r % runs) * KL_GX_ROWS, u1 = u0 + KL_GX_ROWS < j->rows ? u0 + KL_GX_ROWS : j->rows;
     const float* x = j->x + b * j->cin * j->win;
-    float* xt = j->xt + r * j->rows * j->cin;
-    /* the rows whose step is in [0, win): u in [lo, hi) */
+    float* xt = j->xt + bg * j->rows * j->cin;
+    /* the rows of [u0, u1) whose step is in [0, win): u in [lo, hi) */
     int64_t lo = j->off - g > 0 ? cdiv(j->off - g, j->step) : 0;
     int64_t hi = j->win + j->off - g > 0 ? cdiv(j->win + j->off - g, j->step) : 0;
-    if (lo > j->rows) lo = j->rows;
-    if (hi > j->rows) hi = j->rows;
+    if (lo < u0) lo = u0;
+    if (lo > u1) lo = u1;
+    if (hi > u1) hi = u1;
     if (hi < lo) hi = lo;
-    memset(xt, 0, (size_t)(lo * j->cin) * sizeof(float));
+    memset(xt + u0 * j->cin, 0, (size_t)((lo - u0) * j->cin) * sizeof(float));
     if (j->step == 1) {
       transpose(x + (g + lo - j->off), j->win, xt + lo * j->cin, j->cin, j->cin, hi - lo);
     } else {
@@ -460,7 +465,7 @@ static void gx_task(void* ctx, int ith, int nth) {
         }
       }
     }
-    memset(xt + hi * j->cin, 0, (size_t)((j->rows - hi) * j->cin) * sizeof(float));
+    memset(xt + hi * j->cin, 0, (size_t)((u1 - hi) * j->cin) * sizeof(float));
   }
 }
 
