@@ -355,12 +355,14 @@ def _fold_weights(func, targets):
 
 
 def _transpose_weights(scope):
-    """The computed weights (vars) of the groups-1 conv1d_transposes in ``scope``:
-    those :func:`_fold_weights` evaluates for packing."""
+    """The computed weights (vars) of the groups-1 conv1d_transposes in ``scope``
+    that conv1d_transpose_v1 takes (dilation dividing stride): those
+    :func:`_fold_weights` evaluates for packing."""
     from tvm import relax
 
     return [v.args[1] for v in scope.value.values()
             if _op_name(v) == "relax.nn.conv1d_transpose" and int(v.attrs.groups) == 1
+            and int(v.attrs.strides[0]) % int(v.attrs.dilation[0]) == 0
             and isinstance(v.args[1], relax.Var)]
 
 
