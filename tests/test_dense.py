@@ -52,11 +52,12 @@ def _matmul(A, B, C, bias=None, trans_b=False, nth=0):
 
 def test_config_schemas_match_the_c_side():
     """Every extern's config schema (a NamedTuple) lists the fields of the C side's
-    KL_<OP>_CFG_* indices (src/tvm/kl_tvm_dense.h) in the same order."""
+    KL_<OP>_CFG_* indices (src/tvm/kl_tvm_*.h) in the same order."""
     import pathlib
     import re
 
-    header = (pathlib.Path(__file__).resolve().parents[1] / "src" / "tvm" / "kl_tvm_dense.h").read_text()
+    header = "".join(p.read_text() for p in sorted(
+        (pathlib.Path(__file__).resolve().parents[1] / "src" / "tvm").glob("kl_tvm_*.h")))
     for name, schema in _dense.CONFIGS.items():
         op = name[len("kokoro_lstm."):-len("_v1")]
         body = re.search(r"enum kl_tvm_%s_cfg \{([^}]*)\}" % op, header)
