@@ -393,3 +393,25 @@ def test_counter_noise_kokoro_decoder():
             torch.rand, torch.randn_like = orig
     assert a.shape == (1, 1, 600 * F) and torch.isfinite(a).all()
     assert torch.equal(a, b) and torch.equal(a, want)
+
+
+def test_compiled_noise_dynamic_shape():
+    """A draw whose shape is a symbolic dimension of an input: TVM passes the run-time
+    shape to random_v1, and the numbers are PyTorch's for every length."""
+    tvm = require("tvm")
+    from tvm import relax
+
+    import kokoro_lstm.tvm as kt
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x, seed):
+            return x * ko.random_normal(seed, [x.shape[0], x.shape[1]], 1)
+
+    x = torch.rand(1, 300)
+    ep = torch.export.export(Scaled(), (x, torch.tensor([7])), strict=False,
+                             dynamic_shapes=({1: torch.export.Dim("L", min=2, max=10 ** 5)}, None))
+    vm = relax.VirtualMachine(tvm.compile(kt.from_exported_program(ep), target="llvm"), tvm.cpu())
+    for n in (300, 17, 5001):
+        xx = torch.rand(1, n)
+        got = vm["main"](tvm.runtime.tensor(xx.numpy()), tvm.runtime.tensor(np.array([7])))[0]
+        np.testing.assert_array_equal(got.numpy(), Scaled()(xx, torch.tensor([7])).numpy())
