@@ -321,6 +321,8 @@ def test_compiled_noise_is_eager_noise(tmp_path):
     import textwrap
 
     tvm = require("tvm")
+    from tvm import relax
+
     import kokoro_lstm.tvm as kt
     from kokoro_lstm.tvm import _noise
 
@@ -336,6 +338,12 @@ def test_compiled_noise_is_eager_noise(tmp_path):
         kt.with_fresh_seed(mod, seeded="forward_seeded", name="forward")
     with pytest.raises(ValueError, match="no function"):
         kt.with_fresh_seed(mod, seeded="nope", name="other")
+    bb = relax.BlockBuilder()
+    v = relax.Var("v", relax.TensorType((2,), "float32"))
+    with bb.function("f", [v]):
+        bb.emit_func_output(v)
+    with pytest.raises(ValueError, match="must be the seed"):
+        kt.with_fresh_seed(bb.get(), seeded="f", name="g")
     ex = tvm.compile(mod, target="llvm")
     kt.export_library(ex, tmp_path / "noise.so")
     np.savez(tmp_path / "x.npz", x=x.numpy())
