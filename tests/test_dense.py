@@ -396,7 +396,7 @@ def test_rewrite_linear_attention_and_conv():
     assert counts["conv1d_transpose_dw"] == 1 and counts["attention"] == 1
     assert counts["conv1d_panels"] == 1  # its constant weight packed in panels
     text = ex.as_text()  # the compiled VM calls every extern by name
-    assert all(name in text for name in _dense.CONFIGS), text
+    assert all(n in text for n in set(_dense.CONFIGS) - {_dense.INSTANCE_NORM_FUNC}), text
     assert counts["softmax"] == 1
     assert kt.uses_engine(ex)
     np.testing.assert_allclose(got, want, rtol=1e-4)
