@@ -34,6 +34,8 @@
 #include "internal.h" /* kernel-level comparisons only */
 #include "scratch.h"
 #include "dense.h"   /* the dense operators (src/ops) */
+#include "norm.h"    /* instance norm (src/ops) */
+#include "random.h"  /* counter-based random numbers (src/ops) */
 
 /* ---- bookkeeping ------------------------------------------------------- */
 
@@ -2362,6 +2364,155 @@ static void test_scratch(void) {
   kl_scratch_give(NULL, 64);
 }
 
+/* ---- counter-based random numbers (src/ops/random.c) ------------------------ */
+/* Philox4x32-10 against Random123's known answers (kat_vectors, "philox4x32 10"
+ * lines: counter, key, expected output), then the draw's rule: any thread count
+ * and any start offset give the same elements, uniforms in [0, 1), normals finite. */
+static void test_random(void) {
+  static const uint32_t kat[3][10] = {
+      {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+       0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+       0x94fdcceb, 0x5001e420, 0x24126ea1}};
+  for (int v = 0; v < 3; v++) {
+    uint32_t out[4];
+    kl_philox4x32_10(kat[v], kat[v] + 4, out);
+    check(memcmp(out, kat[v] + 6, sizeof(out)) == 0,
+          "[random] philox4x32-10 known answer %d: %08x %08x %08x %08x", v, out[0], out[1], out[2],
+          out[3]);
+  }
+  const int64_t n = 100003; /* several chunks and a partial block */
+  float* a = xcalloc((size_t)n, sizeof(float));
+  float* b = xcalloc((size_t)n, sizeof(float));
+  for (int dist = 0; dist < 2; dist++) {
+    const char* name = dist == KL_RANDOM_UNIFORM ? "uniform" : "normal";
+    const uint64_t seed = 0x123456789abcdefULL, stream = 5;
+    kl_status s = kl_f32_random(dist, seed, stream, 0, n, a, 1);
+    int same = s == KL_OK;
+    for (int nth = 2; nth <= 16 && same; nth *= 2) {
+      same = kl_f32_random(dist, seed, stream, 0, n, b, nth) == KL_OK &&
+             memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+    }
+    /* elements 7.. alone, then 3 elements at 99998 */
+    same = same && kl_f32_random(dist, seed, stream, 7, n - 7, b, 2) == KL_OK &&
+           memcmp(a + 7, b, (size_t)(n - 7) * sizeof(float)) == 0;
+    same = same && kl_f32_random(dist, seed, stream, 99998, 3, b, 1) == KL_OK &&
+           memcmp(a + 99998, b, 3 * sizeof(float)) == 0;
+    double mean = 0, sq = 0;
+    int in_range = 1;
+    for (int64_t i = 0; i < n; i++) {
+      mean += a[i];
+      sq += (double)a[i] * a[i];
+      if (dist == KL_RANDOM_UNIFORM ? !(a[i] >= 0.0f && a[i] < 1.0f) : !isfinite(a[i])) in_range = 0;
+    }
+    mean /= (double)n;
+    const double sd = sqrt(sq / (double)n - mean * mean);
+    const double want_mean = dist == KL_RANDOM_UNIFORM ? 0.5 : 0.0;
+    const double want_sd = dist == KL_RANDOM_UNIFORM ? sqrt(1.0 / 12.0) : 1.0;
+    check(same && in_range && fabs(mean - want_mean) < 0.01 && fabs(sd - want_sd) < 0.01,
+          "[random] %s: threads 1/2/4/8/16 and offsets bitwise equal, values in range, mean %.4f "
+          "sd %.4f",
+          name, mean, sd);
+    s = kl_f32_random(dist, seed, stream + 1, 0, 64, b, 1);
+    check(s == KL_OK && memcmp(a, b, 64 * sizeof(float)) != 0, "[random] %s: another stream differs",
+          name);
+    s = kl_f32_random(dist, seed + 1, stream, 0, 64, b, 1);
+    check(s == KL_OK && memcmp(a, b, 64 * sizeof(float)) != 0, "[random] %s: another seed differs",
+          name);
+  }
+  check(kl_f32_random(2, 1, 0, 0, 4, a, 1) == KL_ERR_ARG && kl_f32_random(0, 1, 0, -1, 4, a, 1) == KL_ERR_ARG &&
+            kl_f32_random(0, 1, 0, 0, 4, NULL, 1) == KL_ERR_ARG &&
+            kl_f32_random(0, 1, 0, 0, -1, a, 1) == KL_ERR_ARG && kl_f32_random(0, 1, 0, 0, 0, NULL, 1) == KL_OK,
+        "[random] bad dist, start, output or count -> KL_ERR_ARG; n 0 -> KL_OK");
+  free(a);
+  free(b);
+}
+
+/* ---- instance norm (src/ops/norm.c) ------------------------------------------ */
+/* Against a double reference; a constant row gives exactly the shift, a NaN only
+ * its own row; 1, 2 and 4 threads bitwise equal; bad arguments KL_ERR_ARG. */
+static void test_instance_norm(void) {
+  const int64_t N = 2, C = 5, L = 30011, rows = N * C;
+  float* x = xcalloc((size_t)(rows * L), sizeof(float));
+  float* y = xcalloc((size_t)(rows * L), sizeof(float));
+  float* z = xcalloc((size_t)(rows * L), sizeof(float));
+  float w[5], b[5], sc[10], sh[10];
+  uint64_t st = 12345;
+  for (int64_t i = 0; i < rows * L; i++) {
+    st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+    x[i] = (float)((double)(st >> 40) / (double)(1 << 24) * 4.0 + 1.0);
+  }
+  for (int c = 0; c < 5; c++) {
+    w[c] = 0.5f + 0.25f * (float)c;
+    b[c] = -0.3f * (float)c;
+  }
+  for (int r = 0; r < 10; r++) {
+    sc[r] = 1.0f + 0.1f * (float)r;
+    sh[r] = 0.05f * (float)r;
+  }
+  for (int64_t i = 0; i < L; i++) x[2 * L + i] = 3.7f; /* row 2 constant */
+  kl_instance_norm_args a;
+  memset(&a, 0, sizeof(a));
+  a.batch = N;
+  a.channels = C;
+  a.length = L;
+  a.x = x;
+  a.weight = w;
+  a.bias = b;
+  a.scale = sc;
+  a.shift = sh;
+  a.scale_per_batch = a.shift_per_batch = 1;
+  a.eps = 1e-5;
+  a.y = y;
+  a.num_threads = 1;
+  kl_status s = kl_f32_instance_norm(&a);
+  double err = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float* xr = x + r * L;
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < L; i++) m += xr[i];
+    m /= (double)L;
+    for (int64_t i = 0; i < L; i++) v += (xr[i] - m) * (xr[i] - m);
+    v /= (double)L;
+    for (int64_t i = 0; i < L; i++) {
+      const double want = sc[r] * ((xr[i] - m) / sqrt(v + 1e-5) * w[r % C] + b[r % C]) + sh[r];
+      const double e = fabs(y[r * L + i] - want);
+      if (!(e <= err)) err = e;
+    }
+  }
+  int constant_exact = 1;
+  for (int64_t i = 0; i < L; i++)
+    if (y[2 * L + i] != (float)((double)b[2] * sc[2] + sh[2])) constant_exact = 0;
+  int same = 1;
+  for (int nth = 2; nth <= 4; nth += 2) {
+    a.y = z;
+    a.num_threads = nth;
+    same = same && kl_f32_instance_norm(&a) == KL_OK &&
+           memcmp(y, z, (size_t)(rows * L) * sizeof(float)) == 0;
+  }
+  check(s == KL_OK && err < 2e-5 && constant_exact && same,
+        "[norm] instance norm + AdaIN 2x5x%lld: max abs err %.2g, constant row exact, threads 1/2/4 "
+        "bitwise equal",
+        (long long)L, err);
+  x[7 * L + 11] = NAN;
+  a.num_threads = 2;
+  s = kl_f32_instance_norm(&a);
+  int nan_ok = s == KL_OK;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < L; i += 997) nan_ok = nan_ok && (isnan(z[r * L + i]) == (r == 7));
+  check(nan_ok, "[norm] a NaN gives NaN in its own row only");
+  a.eps = -1;
+  kl_status bad1 = kl_f32_instance_norm(&a);
+  a.eps = 1e-5;
+  a.y = NULL;
+  kl_status bad2 = kl_f32_instance_norm(&a);
+  check(bad1 == KL_ERR_ARG && bad2 == KL_ERR_ARG, "[norm] eps < 0 or no output -> KL_ERR_ARG");
+  free(x);
+  free(y);
+  free(z);
+}
+
 int main(void) {
   const kl_isa best = kl_isa_detected();
   printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
@@ -2386,6 +2537,8 @@ int main(void) {
   test_dense_conv1d_panels();
   test_dense_conv_phases();
   test_dense_attention();
+  test_random();
+  test_instance_norm();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");
   if (forced && *forced)
