@@ -31,8 +31,6 @@
 #define KL_DENSE_MT_MIN 64
 #define KL_DENSE_NT_MIN 128
 #define KL_DENSE_TILE_MIN_MACS (1 << 21)
-/* Below this many multiply-adds a call runs on the calling thread alone. */
-#define KL_DENSE_SERIAL_MACS (1 << 18)
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -63,7 +61,7 @@ static void mm_tiles(mm_job* j, int nth) {
   const double macs = (double)a->M * (double)a->N * (double)a->K;
   const int64_t total = a->batch * nm * nn;
   if (total % 2 == 1 && total < KL_DENSE_EVEN_BELOW && a->N >= 2 * KL_DENSE_ALIGN &&
-      macs * (double)a->batch >= 2.0 * KL_DENSE_SERIAL_MACS)
+      macs * (double)a->batch >= 2.0 * KL_DENSE_MIN_MACS)
     nn++;
   while (a->batch * nm * nn < nth) {
     const int64_t rows = cdiv(a->M, nm + 1), cols = cdiv(a->N, nn);
@@ -278,9 +276,9 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   if (!a->c || (a->K > 0 && (!a->a || !a->b))) return KL_ERR_ARG; /* empty operands may be NULL */
   if (a->act != KL_ACT_NONE && a->act != KL_ACT_GELU_TANH) return KL_ERR_ARG;
   if (a->c_trans && !a->b_panels) return KL_ERR_ARG;
-  const double macs = (double)a->batch * (double)a->M * (double)a->N * (double)(a->K + 1);
-  int nth = kl_threads_resolve(a->num_threads);
-  if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  const double n = a->b_panels ? (double)(cdiv(a->N, KL_PGEMM_NR) * KL_PGEMM_NR) : (double)a->N;
+  const double macs = (double)a->batch * (double)a->M * n * (double)(a->K + 1);
+  int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads), macs, KL_DENSE_MIN_MACS);
   if (a->b_panels) return pgemm(a, nth);
   mm_job j;
   j.a = a;
@@ -400,13 +398,14 @@ static kl_status ph_run(ph_job* j, int nth) {
   double macs = 0.0;
   for (int64_t g = 0; g < j->nph; g++) {
     if (j->m[g] > mmax) mmax = j->m[g];
-    macs += (double)j->batch * (double)j->m[g] * (double)(j->kred[g] + 1) * (double)j->cout;
+    macs += (double)j->batch * (double)j->m[g] * (double)(j->kred[g] + 1) *
+            (double)(j->np * KL_PGEMM_NR);
   }
   if (mmax == 0) return KL_OK;
   j->rblocks = cdiv(mmax, KL_PGEMM_MC);
   j->mb = cdiv(mmax, j->rblocks);
   const int64_t have = j->batch * j->rblocks;
-  if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  nth = kl_threads_for_work(nth, macs, KL_DENSE_MIN_MACS);
   const int64_t want = nth > 1 ? 2 * (int64_t)nth : 1;
   const int64_t split = have >= want ? 1 : cdiv(want, have);
   j->pchunk = cdiv(j->np, split < j->np ? split : j->np);
@@ -474,7 +473,7 @@ static kl_status gx_build(gx_job* gx, size_t* cap, int nth) {
   const size_t n = (size_t)(gx->batch * gx->nph * gx->rows * gx->cin);
   gx->xt = kl_scratch_take((n ? n : 1) * sizeof(float), cap);
   if (!gx->xt) return KL_ERR_NOMEM;
-  return kl_pool_run((double)n * 4.0 < (1 << 18) ? 1 : nth, gx_task, gx);
+  return kl_pool_run(kl_threads_for_work(nth, (double)n * 4.0, KL_DENSE_MIN_COPY_BYTES), gx_task, gx);
 }
 
 /* ---- conv1d on weights packed in panels: no im2col -------------------------
@@ -562,7 +561,7 @@ static kl_status conv1d_panels(const kl_conv1d_args* a, int nth) {
   xj.xt = kl_scratch_take((size_t)(a->batch * xj.rows * a->cin) * sizeof(float), &cap);
   if (!xj.xt) return KL_ERR_NOMEM;
   const double bytes = (double)(a->batch * xj.rows * a->cin) * 4.0;
-  kl_status s = kl_pool_run(bytes < (1 << 18) ? 1 : nth, xt_task, &xj);
+  kl_status s = kl_pool_run(kl_threads_for_work(nth, bytes, KL_DENSE_MIN_COPY_BYTES), xt_task, &xj);
   kl_matmul_args m;
   memset(&m, 0, sizeof(m));
   m.batch = a->batch;
@@ -606,7 +605,7 @@ kl_status kl_f32_conv1d(const kl_conv1d_args* a) {
     if (!direct) {
       im2col_job ij = {a, x, cols};
       const double bytes = (double)a->cin * (double)a->ksize * (double)a->wout * 4.0;
-      s = kl_pool_run(bytes < (1 << 18) ? 1 : nth, im2col_task, &ij);
+      s = kl_pool_run(kl_threads_for_work(nth, bytes, KL_DENSE_MIN_COPY_BYTES), im2col_task, &ij);
       B = cols;
     }
     /* y[cout][wout] = w[cout][cin*ksize] @ cols[cin*ksize][wout] (+ bias per row) */
@@ -773,7 +772,7 @@ kl_status kl_f32_conv1d_transpose_dw(const kl_conv1d_transpose_dw_args* a) {
   if (a->batch == 0 || a->wout == 0) return KL_OK;
   dwt_job j = {a};
   const double work = (double)a->batch * (double)a->ch * (double)a->win * (double)a->ksize;
-  const int nth = work < (1 << 16) ? 1 : kl_threads_resolve(a->num_threads);
+  const int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads), work, KL_DENSE_MIN_DW_MACS);
   return kl_pool_run(nth, dwt_task, &j);
 }
 
@@ -797,7 +796,8 @@ kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int 
   if (rows == 0 || n == 0) return KL_OK;
   if (!x || !y) return KL_ERR_ARG;
   softmax_job j = {rows, n, x, y, kl_select_softmax()};
-  int nth = (double)rows * (double)n < (1 << 15) ? 1 : kl_threads_resolve(num_threads);
+  int nth = kl_threads_for_work(kl_threads_resolve(num_threads), (double)rows * (double)n,
+                                KL_DENSE_MIN_SOFTMAX);
   if (nth > rows) nth = (int)rows;
   return kl_pool_run(nth, softmax_task, &j);
 }
@@ -920,8 +920,7 @@ kl_status kl_f32_attention(const kl_attention_args* a) {
   atomic_init(&j.next, 0);
   const double macs = 2.0 * (double)a->batch * (double)a->heads * (double)a->L * (double)a->S *
                       (double)a->D;
-  int nth = kl_threads_resolve(a->num_threads);
-  if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads), macs, KL_DENSE_MIN_MACS);
   if (nth > j.ntasks) nth = (int)j.ntasks;
   j.rows = a->L < KL_ATTN_ROWS ? a->L : KL_ATTN_ROWS;
   j.lds = a->S + KL_ATTN_PAD;

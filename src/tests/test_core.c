@@ -33,6 +33,7 @@
 #include "engine.h"   /* the handle API (kl_lstm_create / run) */
 #include "internal.h" /* kernel-level comparisons only */
 #include "scratch.h"
+#include "threads.h"  /* the thread rule (kl_threads_for_work, kl_pool_last_threads) */
 #include "dense.h"   /* the dense operators (src/ops) */
 #include "norm.h"    /* instance norm (src/ops) */
 #include "random.h"  /* counter-based random numbers (src/ops) */
@@ -2029,7 +2030,8 @@ static void ref_conv_transpose(const float* x, const float* w, const float* bias
 static void test_dense_conv_phases(void) {
   static const int64_t cases[][8] = { /* cin, cout, ks, stride, dil, pad, out_pad, win */
       {5, 33, 4, 2, 1, 1, 1, 9}, {3, 7, 3, 5, 1, 0, 2, 6}, {8, 5, 7, 6, 2, 4, 1, 10},
-      {4, 3, 2, 3, 3, 6, 0, 5}, {70, 9, 9, 1, 1, 4, 0, 40}};
+      {4, 3, 2, 3, 3, 6, 0, 5}, {70, 9, 9, 1, 1, 4, 0, 40},
+      {64, 64, 12, 6, 1, 3, 0, 200}}; /* the last: enough work for 2 threads */
   const int64_t batch = 2;
   int ok = 1;
   double err = 0;
@@ -2081,13 +2083,14 @@ static void test_dense_conv_phases(void) {
   bad.stride = 4, bad.dilation = 3, bad.x = &one, bad.w = &one, bad.y = out;
   ok = ok && kl_f32_conv1d_transpose(&bad) == KL_ERR_ARG;
   check(s == KL_OK && ok && err < 1e-4,
-        "[dense] conv1d_transpose (groups 1), 5 shapes, raw and packed weights: %s, max abs err "
+        "[dense] conv1d_transpose (groups 1), 6 shapes, raw and packed weights: %s, max abs err "
         "%.2g, threads 1/2/3 bitwise equal, dilation not dividing stride refused",
         kl_status_str(s), err);
 
   /* conv1d on panels: dilation 3 (stride 1) and stride 3 (dilation 1) */
-  static const int64_t convs[][6] = {{9, 40, 5, 1, 3, 6}, {22, 9, 12, 3, 1, 3}}; /* cin, cout, ks, st, dil, pad */
-  const int64_t win = 70;
+  /* cin, cout, ks, st, dil, pad: each with work for 2 threads or more (KL_DENSE_MIN_MACS) */
+  static const int64_t convs[][6] = {{64, 40, 5, 1, 3, 6}, {64, 9, 12, 3, 1, 3}};
+  const int64_t win = 700;
   err = 0;
   ok = 1;
   for (size_t ci = 0; ci < 2 && s == KL_OK; ci++) {
@@ -2177,8 +2180,53 @@ static void test_dense_matmul_split(void) {
 
 /* kl_f32_attention ([B, L, H, D] layout, broadcast mask with a fully masked row)
  * against float64; num_threads 1, 2, 3 bitwise identical. */
+/* kl_threads_for_work, and the dense calls' thread counts by it: a call of
+ * 2.5 KL_DENSE_MIN_MACS runs 2 of 4 threads, one under KL_DENSE_MIN_SOFTMAX
+ * elements none but the caller, with the same bits at 1, 2 and 4 threads. */
+static void test_dense_threads_for_work(void) {
+  const double mw = 1000.0;
+  check(kl_threads_for_work(4, 0, mw) == 1 && kl_threads_for_work(4, mw - 1, mw) == 1 &&
+            kl_threads_for_work(4, mw, mw) == 1 && kl_threads_for_work(4, 2 * mw, mw) == 2 &&
+            kl_threads_for_work(4, 3.5 * mw, mw) == 3 && kl_threads_for_work(4, 1e9, mw) == 4 &&
+            kl_threads_for_work(1, 1e9, mw) == 1 && kl_threads_for_work(4, NAN, mw) == 1,
+        "[threads] kl_threads_for_work: one thread per min_work, 1 .. nth");
+  const int64_t M = 256, N = 160, K = 255; /* M N (K + 1) = 2.5 KL_DENSE_MIN_MACS */
+  float* A = malloc(sizeof(float) * (size_t)(M * K));
+  float* B = malloc(sizeof(float) * (size_t)(K * N));
+  float* C[3];
+  for (int i = 0; i < 3; i++) C[i] = malloc(sizeof(float) * (size_t)(M * N));
+  kl_status s = KL_ERR_NOMEM;
+  int last[3] = {0, 0, 0}, same = 1;
+  if (A && B && C[0] && C[1] && C[2]) {
+    uint32_t st = 5;
+    for (int64_t i = 0; i < M * K; i++) A[i] = frand(&st);
+    for (int64_t i = 0; i < K * N; i++) B[i] = frand(&st);
+    const int threads[3] = {1, 2, 4};
+    s = KL_OK;
+    for (int t = 0; t < 3 && s == KL_OK; t++) {
+      kl_matmul_args a;
+      memset(&a, 0, sizeof(a));
+      a.batch = 1, a.M = M, a.N = N, a.K = K;
+      a.a = A, a.lda = K, a.b = B, a.ldb = N, a.c = C[t], a.ldc = N;
+      a.num_threads = threads[t];
+      s = kl_f32_matmul(&a);
+      last[t] = kl_pool_last_threads();
+      if (t) same &= !memcmp(C[0], C[t], sizeof(float) * (size_t)(M * N));
+    }
+    /* 40000 elements, fewer than KL_DENSE_MIN_SOFTMAX: no parallel job */
+    if (s == KL_OK) s = kl_f32_softmax(40, 1000, A, C[1], 4);
+  }
+  check(s == KL_OK && same && last[2] == 2 && kl_pool_last_threads() == 2,
+        "[dense] matmul of 2.5 KL_DENSE_MIN_MACS: %s, 2 of 4 threads (%d), bits equal at 1/2/4 "
+        "threads; a small softmax on the caller alone (last job %d threads)",
+        kl_status_str(s), last[2], kl_pool_last_threads());
+  free(A);
+  free(B);
+  for (int i = 0; i < 3; i++) free(C[i]);
+}
+
 static void test_dense_attention(void) {
-  const int64_t B = 2, H = 3, L = 150, S = 77, D = 9, HD = H * D;
+  const int64_t B = 2, H = 3, L = 600, S = 300, D = 9, HD = H * D;
   float* q = malloc(sizeof(float) * (size_t)(B * L * HD));
   float* kv = malloc(sizeof(float) * (size_t)(B * S * HD));
   float* mask = malloc(sizeof(float) * (size_t)(L * S));
@@ -2234,10 +2282,12 @@ static void test_dense_attention(void) {
         }
       }
   const size_t n = sizeof(float) * (size_t)(B * L * HD);
-  check(s == KL_OK && err < 2e-5 && zeros && !memcmp(o[0], o[1], n) && !memcmp(o[0], o[2], n),
-        "[dense] attention B2 H3 L150 S77 D9, [B, L, H, D], masked row: %s, max abs err %.2g, "
-        "masked row zeros %d, threads 1/2/3 bitwise equal",
-        kl_status_str(s), err, zeros);
+  const int last = kl_pool_last_threads(); /* 2 B H L S D multiply-adds: room for 3 threads */
+  check(s == KL_OK && err < 2e-5 && zeros && !memcmp(o[0], o[1], n) && !memcmp(o[0], o[2], n) &&
+            last == 3,
+        "[dense] attention B2 H3 L600 S300 D9, [B, L, H, D], masked row: %s, max abs err %.2g, "
+        "masked row zeros %d, threads 1/2/3 bitwise equal, the last on %d threads",
+        kl_status_str(s), err, zeros, last);
 done:
   free(q);
   free(kv);
@@ -2537,6 +2587,7 @@ int main(void) {
   test_dense_conv1d_panels();
   test_dense_conv_phases();
   test_dense_attention();
+  test_dense_threads_for_work();
   test_random();
   test_instance_norm();
 
