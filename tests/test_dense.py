@@ -394,6 +394,31 @@ def test_conv1d_transpose_against_torch(batch, cin, cout, k, stride, pad, out_pa
     assert all(np.array_equal(ys[0], o) for o in ys[1:])
 
 
+def test_thread_count_follows_the_work():
+    """A call runs at most one thread per KL_DENSE_MIN_MACS (2^22) multiply-adds,
+    panels' padded columns counted: asked for 4, ups-like conv_transposes of
+    2.4 and 3.6 times that run 2 and 3 threads, a small one none but the caller's;
+    the bits are those of 1 thread."""
+    from kokoro_lstm import _core
+
+    g = torch.Generator().manual_seed(13)
+    wt = torch.randn(64, 64, 12, generator=g) * 0.05
+    lasts = []
+    for w, want_threads in ((200, 2), (300, 3), (10, None)):
+        x = torch.randn(1, 64, w, generator=g)
+        ref = torch.nn.functional.conv_transpose1d(x, wt, stride=6, padding=3)
+        ys = []
+        for nth in (1, 2, 4):
+            y = torch.empty_like(ref)
+            _conv_transpose(x, wt, y, 6, 3, 1, nth=nth)
+            ys.append(y)
+            if nth == 4:
+                lasts.append(_core.pool_info()["last_threads"])
+        _close(ys[0].numpy(), ref.double().numpy())
+        assert all(torch.equal(ys[0], o) for o in ys[1:])
+    assert lasts == [2, 3, 3]  # the small call started no parallel job
+
+
 def test_conv1d_transpose_nan_and_inf_propagate_as_torch():
     """NaN or inf in x reaches exactly the outputs torch's reach (no zero weight
     multiplies them: stride > kernel leaves phases without taps)."""
