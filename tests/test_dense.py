@@ -271,6 +271,9 @@ def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None, stride=1, dil=1):
     (16, 9, 3, (3, 3), 40, 1, 3),       # Kokoro's resblock convs, short: dilated, 'same'
     (10, 33, 11, (25, 25), 260, 1, 5),  # dilation 5 over 11 taps, two row blocks per phase
     (6, 5, 3, (0, 2), 9, 1, 4),         # fewer outputs than phases
+    (100, 9, 11, (5, 5), 40, 1, 1),     # ksize cin > 1024: on x transposed, not in x's layout
+    (100, 9, 11, (10, 10), 60, 1, 2),   # the same, dilated (phases)
+    (250, 300, 4, (1, 2), 20, 1, 1),    # W over 1 MiB: on x transposed
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_conv1d_panels_against_torch(cin, cout, k, pad, w, stride, dil, bias):

@@ -553,7 +553,96 @@ static kl_status conv1d_panels_dilated(const kl_conv1d_args* a, int nth) {
   return st;
 }
 
+/* conv1d on panels with stride 1, in x's [cin, L] layout: for each run of
+ * KL_PGEMM_NR output steps, the (tap, channel) rows x[c, t + k d - pad_l ..]
+ * (zeros outside x) are packed as one panel and multiplied by W's rows (W
+ * unpacked from its panels once per call), the tile going straight into y's rows
+ * from the bias: neither x nor y is transposed. Used while W's rows stay in L2
+ * as every block streams them (at most KL_DC_MAX_W_BYTES) and ksize cin is at
+ * most KL_DC_MAX_K (a block's panel at most 128 KiB); larger W run on x
+ * transposed (below). A task takes KL_DC_BLOCKS runs of one batch element; results do not
+ * depend on the tasks. */
+#define KL_DC_BLOCKS 4
+#define KL_DC_MAX_W_BYTES (1 << 20)
+#define KL_DC_MAX_K 1024
+#define KL_DC_PAD 16 /* W's rows ksize cin + 16 floats apart: rows 2^k floats apart share L1 sets */
+typedef struct dc_job {
+  const kl_conv1d_args* a;
+  const float* wr;  /* [cout][ksize cin], rows ldw apart */
+  float* bufs;      /* per thread: ksize cin x KL_PGEMM_NR */
+  int64_t K, ldw, nblk, runs, ntasks;
+  kl_f32_pgemm_ukernel_fn kern;
+  atomic_llong next;
+} dc_job;
+
+static void dc_block(const dc_job* j, int64_t b, int64_t t0, float* buf) {
+  const kl_conv1d_args* a = j->a;
+  const int64_t n = a->wout - t0 < KL_PGEMM_NR ? a->wout - t0 : KL_PGEMM_NR;
+  const float* x = a->x + b * a->cin * a->win;
+  for (int64_t k = 0; k < a->ksize; k++) {
+    const int64_t s0 = t0 + k * a->dilation - a->pad_l;
+    for (int64_t c = 0; c < a->cin; c++) {
+      float* row = buf + (k * a->cin + c) * KL_PGEMM_NR;
+      const float* xr = x + c * a->win;
+      if (s0 >= 0 && s0 + KL_PGEMM_NR <= a->win) {
+        memcpy(row, xr + s0, KL_PGEMM_NR * sizeof(float));
+      } else {
+        for (int64_t i = 0; i < KL_PGEMM_NR; i++)
+          row[i] = s0 + i >= 0 && s0 + i < a->win ? xr[s0 + i] : 0.0f;
+      }
+    }
+  }
+  float* Y = a->y + b * a->cout * a->wout + t0;
+  for (int64_t o = 0; o < a->cout; o++) {
+    const float bo = a->bias ? a->bias[o] : 0.0f;
+    for (int64_t i = 0; i < n; i++) Y[o * a->wout + i] = bo;
+  }
+  kl_pgemm_panels(j->kern, a->cout, n, j->K, j->wr, j->ldw, buf, NULL, 0, Y, a->wout, 0, 1, 1);
+}
+
+static void dc_task(void* ctx, int ith, int nth) {
+  (void)nth;
+  dc_job* j = ctx;
+  float* buf = j->bufs + (int64_t)ith * j->K * KL_PGEMM_NR;
+  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) {
+    const int64_t b = t / j->runs, r = t % j->runs;
+    const int64_t e = (r + 1) * KL_DC_BLOCKS < j->nblk ? (r + 1) * KL_DC_BLOCKS : j->nblk;
+    for (int64_t blk = r * KL_DC_BLOCKS; blk < e; blk++) dc_block(j, b, blk * KL_PGEMM_NR, buf);
+  }
+}
+
+static kl_status conv1d_panels_direct(const kl_conv1d_args* a, int nth) {
+  dc_job j;
+  j.a = a;
+  j.K = a->ksize * a->cin;
+  j.ldw = j.K + KL_DC_PAD;
+  j.nblk = cdiv(a->wout, KL_PGEMM_NR);
+  j.runs = cdiv(j.nblk, KL_DC_BLOCKS);
+  j.ntasks = a->batch * j.runs;
+  j.kern = kl_select_f32_pgemm();
+  atomic_init(&j.next, 0);
+  const double macs = (double)a->batch * (double)(j.nblk * KL_PGEMM_NR) * (double)(j.K + 1) *
+                      (double)a->cout;
+  nth = kl_threads_for_work(nth, macs, KL_DENSE_MIN_MACS);
+  if (nth > j.ntasks) nth = (int)j.ntasks;
+  size_t cap = 0;
+  const size_t nw = (size_t)(a->cout * j.ldw), nb = (size_t)nth * (size_t)(j.K * KL_PGEMM_NR);
+  float* wr = kl_scratch_take((nw + nb) * sizeof(float), &cap);
+  if (!wr) return KL_ERR_NOMEM;
+  for (int64_t o = 0; o < a->cout; o++) /* W's rows from its panels: P[o / 32][kk][o % 32] */
+    for (int64_t kk = 0; kk < j.K; kk++)
+      wr[o * j.ldw + kk] = a->w[(o / KL_PGEMM_NR) * j.K * KL_PGEMM_NR + kk * KL_PGEMM_NR + o % KL_PGEMM_NR];
+  j.wr = wr;
+  j.bufs = wr + nw;
+  const kl_status s = kl_pool_run(nth, dc_task, &j);
+  kl_scratch_give(wr, cap);
+  return s;
+}
+
 static kl_status conv1d_panels(const kl_conv1d_args* a, int nth) {
+  if (a->stride == 1 && a->ksize * a->cin <= KL_DC_MAX_K &&
+      (double)a->cout * (double)(a->ksize * a->cin) * sizeof(float) <= KL_DC_MAX_W_BYTES)
+    return conv1d_panels_direct(a, nth);
   if (a->dilation != 1) return a->stride == 1 ? conv1d_panels_dilated(a, nth) : KL_ERR_ARG;
   /* stride s: output t is rows s t .. s t + ksize - 1 of xt, rows s cin apart */
   xt_job xj = {a, NULL, (a->wout - 1) * a->stride + a->ksize};

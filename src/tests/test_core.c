@@ -2089,11 +2089,12 @@ static void test_dense_conv_phases(void) {
 
   /* conv1d on panels: dilation 3 (stride 1) and stride 3 (dilation 1) */
   /* cin, cout, ks, st, dil, pad: each with work for 2 threads or more (KL_DENSE_MIN_MACS) */
-  static const int64_t convs[][6] = {{64, 40, 5, 1, 3, 6}, {64, 9, 12, 3, 1, 3}};
+  static const int64_t convs[][6] = {{64, 40, 5, 1, 3, 6}, {64, 9, 12, 3, 1, 3},
+                                     {100, 40, 11, 1, 2, 10}}; /* the last: ksize cin > 1024, phases */
   const int64_t win = 700;
   err = 0;
   ok = 1;
-  for (size_t ci = 0; ci < 2 && s == KL_OK; ci++) {
+  for (size_t ci = 0; ci < sizeof(convs) / sizeof(convs[0]) && s == KL_OK; ci++) {
     const int64_t cin = convs[ci][0], cout = convs[ci][1], ks = convs[ci][2], st = convs[ci][3];
     const int64_t dil = convs[ci][4], pad = convs[ci][5];
     const int64_t wout = (win + 2 * pad - dil * (ks - 1) - 1) / st + 1, K = ks * cin;
@@ -2142,7 +2143,8 @@ static void test_dense_conv_phases(void) {
     for (int i = 0; i < 3; i++) free(y[i]);
   }
   check(s == KL_OK && ok && err < 1e-4,
-        "[dense] conv1d on panels, dilation 3 and stride 3: %s, max abs err %.2g, threads 1/2/3 "
+        "[dense] conv1d on panels, dilation 3 and 2 (ksize cin 320, 1100), stride 3: %s, max abs err "
+        "%.2g, threads 1/2/3 "
         "bitwise equal", kl_status_str(s), err);
 }
 
