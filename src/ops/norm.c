@@ -11,8 +11,7 @@
 #include "threads.h"
 
 /* Independent partial sums per row (a fixed tree whatever the ISA or thread count).
- * A call of fewer than KL_NORM_SERIAL elements runs on the calling thread alone:
- * waking a second thread costs about what it saves there. */
+ * A call uses at most one thread per KL_NORM_SERIAL elements (kl_threads_for_work). */
 #define KL_NORM_LANES 8
 #define KL_NORM_SERIAL (1 << 18)
 
@@ -86,7 +85,8 @@ kl_status kl_f32_instance_norm(const kl_instance_norm_args* a) {
     kl_set_error("instance_norm: x and y are required");
     return KL_ERR_ARG;
   }
-  int nth = (double)rows * (double)a->length < KL_NORM_SERIAL ? 1 : kl_threads_resolve(a->num_threads);
+  int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads),
+                                (double)rows * (double)a->length, KL_NORM_SERIAL);
   if (nth > rows) nth = (int)rows;
   if (nth <= 1) {
     for (int64_t r = 0; r < rows; r++) norm_row(a, r);

@@ -13,8 +13,8 @@
 #define PHILOX_W0 0x9E3779B9u
 #define PHILOX_W1 0xBB67AE85u
 
-/* Elements per task (a multiple of 4: whole blocks); below KL_RANDOM_SERIAL
- * elements a call runs on the calling thread alone. */
+/* Elements per task (a multiple of 4: whole blocks); a call uses at most one
+ * thread per KL_RANDOM_SERIAL elements (kl_threads_for_work). */
 #define KL_RANDOM_CHUNK 16384
 #define KL_RANDOM_SERIAL 32768
 
@@ -113,7 +113,7 @@ kl_status kl_f32_random(int dist, uint64_t seed, uint64_t stream, int64_t start,
   j.n = n;
   j.y = y;
   j.nchunks = (n + KL_RANDOM_CHUNK - 1) / KL_RANDOM_CHUNK;
-  int nth = n < KL_RANDOM_SERIAL ? 1 : kl_threads_resolve(num_threads);
+  int nth = kl_threads_for_work(kl_threads_resolve(num_threads), (double)n, KL_RANDOM_SERIAL);
   if (nth > j.nchunks) nth = (int)j.nchunks;
   if (nth <= 1) {
     fill(dist, j.key, stream, start, start + n, y);
