@@ -140,7 +140,11 @@ def _source_forward(self, x, seed):
     stream 2."""
     import torch
 
-    with torch.no_grad():
+    # upstream's no_grad, where it matters: SineGen has no parameters, so without an
+    # input that requires grad it records nothing (and torch.export sees no grad-mode
+    # switch, which TVM's importer cannot take without decompositions)
+    grad = torch.is_grad_enabled() and x.requires_grad
+    with torch.no_grad() if grad else contextlib.nullcontext():
         sine_wavs, uv, _ = self.l_sin_gen(x)
     sine_merge = self.l_tanh(self.l_linear(sine_wavs))
     noise = torch.ops.kokoro.random_normal(seed, list(uv.shape),

@@ -226,3 +226,135 @@ def test_counter_noise_export_seed_input():
         want = Seeded(m)(f0, torch.tensor([s]))
         assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-5)
+
+
+# -- TVM: kokoro_lstm.random_v1 / fresh_seed_v1 ------------------------------------------
+def test_random_config_matches_the_c_side():
+    """RandomConfig lists the KL_RANDOM_CFG_* indices of src/tvm/kl_tvm_random.h in order."""
+    import pathlib
+    import re
+
+    require("tvm")
+    from kokoro_lstm.tvm import _noise
+
+    header = (pathlib.Path(__file__).resolve().parents[1] / "src" / "tvm" / "kl_tvm_random.h").read_text()
+    body = re.search(r"enum kl_tvm_random_cfg \{([^}]*)\}", header).group(1)
+    fields = [f.strip()[len("KL_RANDOM_CFG_"):].lower() for f in body.split(",") if f.strip()]
+    assert fields == list(_noise.RandomConfig._fields) + ["n"]
+    assert f'"{_noise.RANDOM_FUNC}"' in header and f'"{_noise.FRESH_SEED_FUNC}"' in header
+
+
+def test_tvm_externs_direct():
+    """random_v1 fills any compact float32 tensor with the draw; bad configs and
+    arguments raise; fresh_seed_v1 never repeats."""
+    require("tvm")
+    tvm_ffi = require("tvm_ffi")
+    import kokoro_lstm.tvm  # noqa: F401  (registers the engine's functions)
+    from kokoro_lstm.tvm import _noise
+
+    rnd = tvm_ffi.get_global_func(_noise.RANDOM_FUNC)
+    seed = tvm_ffi.from_dlpack(torch.tensor([-5]))
+    y = torch.empty(4, 5, 6)
+    rnd(tvm_ffi.Shape(list(_noise.RandomConfig(dist=1, stream=3))), seed, tvm_ffi.from_dlpack(y))
+    np.testing.assert_array_equal(y.numpy(), noise.normal((4, 5, 6), -5, 3))
+    for cfg, match in (((1, 2, 0, 0), "dist"), ((1, 0, -1, 0), "stream"),
+                       ((2, 0, 0, 0), "calling convention"), ((1, 0, 0), "calling convention")):
+        with pytest.raises(Exception, match=match):
+            rnd(tvm_ffi.Shape(list(cfg)), seed, tvm_ffi.from_dlpack(y))
+    with pytest.raises(Exception, match="float32"):
+        rnd(tvm_ffi.Shape(list(_noise.RandomConfig())), seed,
+            tvm_ffi.from_dlpack(torch.empty(3, dtype=torch.float64)))
+    with pytest.raises(Exception, match="one element"):
+        rnd(tvm_ffi.Shape(list(_noise.RandomConfig())), tvm_ffi.from_dlpack(torch.tensor([1, 2])),
+            tvm_ffi.from_dlpack(y))
+    with pytest.raises(Exception, match="compact"):
+        rnd(tvm_ffi.Shape(list(_noise.RandomConfig())), seed, tvm_ffi.from_dlpack(y[:, ::2]))
+    fresh = tvm_ffi.get_global_func(_noise.FRESH_SEED_FUNC)
+    s = torch.zeros(1, dtype=torch.int64)
+    seen = set()
+    for _ in range(20000):
+        fresh(tvm_ffi.from_dlpack(s))
+        seen.add(int(s[0]))
+    assert len(seen) == 20000
+    with pytest.raises(Exception, match="int64"):
+        fresh(tvm_ffi.from_dlpack(torch.zeros(1)))
+
+
+class DrawsSeeded(torch.nn.Module):
+    """What a decoder does with its draws: uniform phases with column 0 zeroed, noise
+    scaled by the input, a second noise."""
+
+    def forward(self, x, seed):
+        u = ko.random_uniform(seed, [x.shape[0], 9], 0)
+        u[:, 0] = 0
+        z = ko.random_normal(seed, [x.shape[0], x.shape[1], 9], 1)
+        return x.unsqueeze(-1) * 0.003 * z + u[:, None, :], ko.random_normal(seed, list(x.shape), 2)
+
+
+_RUN_NOISE = """
+import sys
+import numpy as np
+import tvm
+from tvm import relax
+lib = tvm.runtime.load_module(sys.argv[1])
+vm = relax.VirtualMachine(lib, tvm.cpu())
+x = tvm.runtime.tensor(np.load(sys.argv[2])["x"])
+out = {}
+for s in (7, 8):
+    got = vm["forward_seeded"](x, tvm.runtime.tensor(np.array([s], np.int64)))
+    out[f"a{s}"], out[f"b{s}"] = got[0].numpy(), got[1].numpy()
+for k in range(2):
+    got = vm["forward"](x)
+    out[f"fa{k}"], out[f"fb{k}"] = got[0].numpy(), got[1].numpy()
+np.savez(sys.argv[3], **out)
+print("ok")
+"""
+
+
+def test_compiled_noise_is_eager_noise(tmp_path):
+    """torch.export -> kokoro_lstm.tvm -> export_library, run in a process where
+    kokoro_lstm cannot be imported: a seed gives bitwise PyTorch's numbers, another
+    seed others; the fresh-seed function differs from call to call."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    tvm = require("tvm")
+    import kokoro_lstm.tvm as kt
+    from kokoro_lstm.tvm import _noise
+
+    x = torch.rand(1, 2000, generator=torch.Generator().manual_seed(3))
+    ep = torch.export.export(DrawsSeeded(), (x, torch.tensor([7])), strict=False)
+    mod = kt.from_exported_program(ep)
+    assert [(c.dist, c.stream) for c in _noise.random_calls(mod)] == [(0, 0), (1, 1), (1, 2)]
+    mod = tvm.IRModule({tvm.ir.GlobalVar("forward_seeded") if g.name_hint == "main" else g:
+                        f.with_attr("global_symbol", "forward_seeded") for g, f in mod.functions.items()},
+                       attrs=mod.attrs)
+    mod = kt.with_fresh_seed(mod, seeded="forward_seeded", name="forward")
+    with pytest.raises(ValueError, match="already"):
+        kt.with_fresh_seed(mod, seeded="forward_seeded", name="forward")
+    with pytest.raises(ValueError, match="no function"):
+        kt.with_fresh_seed(mod, seeded="nope", name="other")
+    ex = tvm.compile(mod, target="llvm")
+    kt.export_library(ex, tmp_path / "noise.so")
+    np.savez(tmp_path / "x.npz", x=x.numpy())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    block = ("import importlib.abc, sys\n"
+             "class _Block(importlib.abc.MetaPathFinder):\n"
+             "    def find_spec(self, name, path, target=None):\n"
+             "        if name.split('.')[0] == 'kokoro_lstm':\n"
+             "            raise ImportError('kokoro_lstm is blocked in this process')\n"
+             "sys.meta_path.insert(0, _Block())\n")
+    r = subprocess.run([sys.executable, "-c", block + textwrap.dedent(_RUN_NOISE),
+                        str(tmp_path / "noise.so"), str(tmp_path / "x.npz"), str(tmp_path / "out.npz")],
+                       cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    out = np.load(tmp_path / "out.npz")
+    for s in (7, 8):
+        want = DrawsSeeded()(x, torch.tensor([s]))
+        np.testing.assert_array_equal(out[f"a{s}"], want[0].numpy())
+        np.testing.assert_array_equal(out[f"b{s}"], want[1].numpy())
+    assert not np.array_equal(out["b7"], out["b8"])
+    assert not np.array_equal(out["fb0"], out["fb1"]) and not np.array_equal(out["fa0"], out["fa1"])
+    assert abs(out["fb0"].std() - 1) < 0.1  # a real normal draw, not zeros
