@@ -1927,7 +1927,8 @@ static void test_dense_matmul_panels_aliased_rows(void) {
  * wider than the kernel's reach (all-zero windows at both ends), a partial panel
  * of output channels, K = 5 x 70 over two KL_PGEMM_KC blocks, 260 steps over two
  * row blocks; with and without bias; 1, 2, 3 and 8 threads bitwise equal; NaN in
- * x gives NaN in exactly the outputs whose window reads it; stride 2 refused. */
+ * x gives NaN in exactly the outputs whose window reads it; stride 2 with
+ * dilation 2 refused (stride or dilation must be 1). */
 static void test_dense_conv1d_panels(void) {
   const int64_t batch = 2, cin = 70, cout = 45, ks = 5, win = 255, pl = 6, pr = 3;
   const int64_t wout = win + pl + pr - ks + 1, K = ks * cin, np = (cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
@@ -1986,13 +1987,13 @@ static void test_dense_conv1d_panels(void) {
       for (int64_t o = 0; o < cout; o++)
         for (int64_t t = 0; t < wout; t++)
           nan_ok &= isnan(y[1][(n * cout + o) * wout + t]) == (n == 1 && t > 100 + pl - ks && t <= 100 + pl);
-    c.stride = 2;
+    c.stride = 2, c.dilation = 2;
     nan_ok &= kl_f32_conv1d(&c) == KL_ERR_ARG;
   }
   check(s == KL_OK && err < 1e-4 && same && nan_ok,
         "[dense] conv1d on panels, 2 x 70 -> 45 channels, 5 taps, padding 6/3, 255 steps: %s, max "
         "abs err %.2g, threads 1/2/3/8 bitwise equal, NaN confined to its windows, stride 2 "
-        "refused", kl_status_str(s), err);
+        "with dilation 2 refused", kl_status_str(s), err);
   free(x);
   free(w);
   free(P);

@@ -198,6 +198,7 @@ static const kl_tvm_func FUNCS[] = {
     {KL_TVM_MATMUL_NAME, kl_tvm_matmul},
     {KL_TVM_CONV1D_NAME, kl_tvm_conv1d},
     {KL_TVM_CONV1D_TRANSPOSE_DW_NAME, kl_tvm_conv1d_transpose_dw},
+    {KL_TVM_CONV1D_TRANSPOSE_NAME, kl_tvm_conv1d_transpose},
     {KL_TVM_SOFTMAX_NAME, kl_tvm_softmax},
     {KL_TVM_ATTENTION_NAME, kl_tvm_attention},
     /* counter-based noise (kl_tvm_random.c) */
