@@ -233,7 +233,91 @@ def _clamp_converter(kind):
     return convert
 
 
+def _cumsum_converter(node, importer):
+    """aten cumsum of float32 accumulated in float64, each sum rounded to float32, as
+    PyTorch's CPU kernel does (TVM's accumulates in float32). SineGen's phase is
+    this cumsum times 2*pi*upsample_scale (1885 for Kokoro-82M), so one float32
+    rounding of a partial sum moves a sample of its sine by up to ~1e-3."""
+    from tvm import relax
+
+    x = importer.env[node.args[0]]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if str(x.ty.dtype) != "float32" or "dtype" in node.kwargs or "out" in node.kwargs:
+        return importer._cumsum(node)
+    bb = importer.block_builder
+    wide = bb.emit(relax.op.cumsum(bb.emit(relax.op.astype(x, "float64")), dim))
+    return bb.emit(relax.op.astype(wide, "float32"))
+
+
+def _upsample_linear_converter(node, importer):
+    """aten upsample_linear1d.vec (align_corners False, a scale factor) as PyTorch's
+    CPU kernel computes it on x86-64 (FMA): source index fma(1/scale, dst + 0.5,
+    -0.5), weights l1 = src - floor(src) and l0 = 1 - l1, output fma(l0, x[i0],
+    l1 * x[i1]), bit for bit. SineGen upsamples its phase (thousands of radians)
+    this way; TVM's own lowering of the decomposition rounds differently, which
+    moves the sine by up to ~1e-3."""
+    from tvm import te, tirx
+
+    x = importer.env[node.args[0]]
+    args = list(node.args) + [None] * 4
+    size, align, factors = args[1], args[2], args[3]
+    shape = [int(d) for d in x.ty.shape]
+    if (str(x.ty.dtype) != "float32" or align or size is not None or not factors
+            or len(factors) != 1 or len(shape) != 3):
+        raise NotImplementedError(f"upsample_linear1d: only float32 [N, C, L] with one scale "
+                                  f"factor and align_corners=False (got size={size}, "
+                                  f"align_corners={align}, scale_factors={factors})")
+    import numpy as np
+
+    n_in = shape[2]
+    n_out = int(math.floor(n_in * float(factors[0])))
+    scale = tirx.const(float(np.float32(1.0 / float(factors[0]))), "float32")
+
+    def fma(a, b, c):
+        # the product of two float32 is exact in float64: one rounding of the sum (then
+        # to float32) is a fused multiply-add on any target, FMA instructions or not
+        f64 = "float64"
+        return (a.astype(f64) * b.astype(f64) + c.astype(f64)).astype("float32")
+
+    def compute(data):
+        def f(b, c, i):
+            dst = i.astype("float32") + tirx.const(0.5, "float32")
+            src = fma(scale, dst, tirx.const(-0.5, "float32"))
+            src = tirx.max(src, tirx.const(0.0, "float32"))
+            i0 = tirx.min(tirx.floor(src).astype("int64"), n_in - 1)
+            i1 = tirx.min(i0 + 1, n_in - 1)
+            l1 = tirx.min(tirx.max(src - i0.astype("float32"), tirx.const(0.0, "float32")),
+                          tirx.const(1.0, "float32"))
+            l0 = tirx.const(1.0, "float32") - l1
+            return fma(l0, data[b, c, i0], l1 * data[b, c, i1])
+
+        return te.compute((shape[0], shape[1], n_out), f, name="upsample_linear1d")
+
+    return importer.block_builder.emit_te(compute, x, primfunc_name_hint="upsample_linear1d")
+
+
+#: aten ops exported undecomposed for the converters below
+KEEP_UNDECOMPOSED = ("upsample_linear1d.vec",)
+
+
+def decomposition_table():
+    """kokoro_lstm.tvm's table without the ops of :data:`KEEP_UNDECOMPOSED`."""
+    import torch
+
+    import kokoro_lstm.tvm as kt
+
+    table = kt.decomposition_table()
+    for name in KEEP_UNDECOMPOSED:
+        op = getattr(torch.ops.aten, name.split(".")[0]).default
+        for ov in (op, getattr(torch.ops.aten, name.split(".")[0]).vec):
+            table.pop(ov, None)
+    return table
+
+
 def convert_map():
     """Converters the decoder's export needs besides kokoro_lstm.tvm's
     (``custom_convert_map`` of :func:`kokoro_lstm.tvm.from_exported_program`)."""
-    return {f"{k}.default": _clamp_converter(k) for k in ("clamp", "clamp_min", "clamp_max")}
+    m = {f"{k}.default": _clamp_converter(k) for k in ("clamp", "clamp_min", "clamp_max")}
+    m["cumsum.default"] = _cumsum_converter
+    m["upsample_linear1d.vec"] = _upsample_linear_converter
+    return m
