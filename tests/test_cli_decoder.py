@@ -164,6 +164,34 @@ def test_stft_patch_is_exact():
         assert torch.equal(g, w)
 
 
+def test_sine_phase_bit_exact():
+    """SineGen's phase path (linear down/upsampling by Kokoro's 300, cumsum, x 2 pi)
+    compiled with the decoder's converters gives PyTorch's float32 bits: the phase
+    reaches ~1e5 rad, where one rounding of difference moves the sine by ~1e-2."""
+    from tvm import relax
+
+    import kokoro_lstm.tvm as kt
+
+    class Phase(torch.nn.Module):
+        def forward(self, rad):
+            r = torch.nn.functional.interpolate(rad, scale_factor=1 / 300, mode="linear")
+            phase = torch.cumsum(r.transpose(1, 2), dim=1) * 2 * torch.pi
+            return torch.nn.functional.interpolate(phase.transpose(1, 2) * 300,
+                                                   scale_factor=300, mode="linear")
+
+    rad = torch.rand(1, 9, 300 * 64, generator=torch.Generator().manual_seed(0)) * 0.1
+    with torch.no_grad():
+        want = Phase()(rad).numpy()
+        ep = torch.export.export(Phase(), (rad,)).run_decompositions(D.decomposition_table())
+    mod = kt.from_exported_program(ep, target="llvm", run_ep_decomposition=False,
+                                   unwrap_unit_return_tuple=True,
+                                   custom_convert_map=D.convert_map())
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(rad.numpy())).numpy()
+    assert np.abs(want).max() > 1e3
+    assert np.array_equal(got, want), np.abs(got - want).max()
+
+
 # --------------------------------------------------------------------------------------
 # a small decoder, compiled once
 # --------------------------------------------------------------------------------------
