@@ -47,7 +47,7 @@ def _config(tmp_path, cfg=SMALL):
     return str(path)
 
 
-def _run(argv, capsys=None):
+def _run(argv):
     try:
         rc = main(["port-decoder", *argv])
     except SystemExit as e:

@@ -308,9 +308,8 @@ def decomposition_table():
 
     table = kt.decomposition_table()
     for name in KEEP_UNDECOMPOSED:
-        op = getattr(torch.ops.aten, name.split(".")[0]).default
-        for ov in (op, getattr(torch.ops.aten, name.split(".")[0]).vec):
-            table.pop(ov, None)
+        packet, overload = name.split(".")
+        table.pop(getattr(getattr(torch.ops.aten, packet), overload), None)
     return table
 
 

@@ -45,7 +45,7 @@ from ._common import (DEFAULT_TOL, _Parser, _Progress, _as_list, _check_target, 
                       run_guarded)
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
 
-__all__ = ["build_parser", "main", "run", "port", "format_table"]
+__all__ = ["build_parser", "main", "run", "port", "format_table", "parse_target"]
 
 PROG = "kokoro-lstm port-encoder"
 LSTM_METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
