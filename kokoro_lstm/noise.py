@@ -12,13 +12,10 @@ normal values come from Box-Muller and are finite.
   ``SourceModuleHnNSF`` of a model draws from the ops with a given seed, in eager
   PyTorch and under ``torch.export`` (the seed then a graph input):
 
-  ====================================  ======  ====================================
-  draw                                  stream  shape
-  ====================================  ======  ====================================
-  SineGen's initial phases (``rand_ini``)  0    uniform [B, harmonics + 1], column 0 zeroed
-  SineGen's additive noise                  1    normal, the sine waves' [B, L, harmonics + 1]
-  SourceModuleHnNSF's noise branch          2    normal, uv's [B, L, 1]
-  ====================================  ======  ====================================
+  - stream 0: SineGen's initial phases (``rand_ini``), uniform [B, harmonics + 1], column 0
+    then zeroed;
+  - stream 1: SineGen's additive noise, normal, the sine waves' [B, L, harmonics + 1];
+  - stream 2: SourceModuleHnNSF's noise branch, normal, uv's [B, L, 1].
 
 ``import kokoro_lstm.noise`` imports neither torch nor TVM; :func:`counter_noise` imports torch.
 """

@@ -321,6 +321,8 @@ def test_compiled_noise_is_eager_noise(tmp_path):
     import textwrap
 
     tvm = require("tvm")
+    from tvm import relax
+
     import kokoro_lstm.tvm as kt
     from kokoro_lstm.tvm import _noise
 
@@ -336,6 +338,12 @@ def test_compiled_noise_is_eager_noise(tmp_path):
         kt.with_fresh_seed(mod, seeded="forward_seeded", name="forward")
     with pytest.raises(ValueError, match="no function"):
         kt.with_fresh_seed(mod, seeded="nope", name="other")
+    bb = relax.BlockBuilder()
+    v = relax.Var("v", relax.TensorType((2,), "float32"))
+    with bb.function("f", [v]):
+        bb.emit_func_output(v)
+    with pytest.raises(ValueError, match="must be the seed"):
+        kt.with_fresh_seed(bb.get(), seeded="f", name="g")
     ex = tvm.compile(mod, target="llvm")
     kt.export_library(ex, tmp_path / "noise.so")
     np.savez(tmp_path / "x.npz", x=x.numpy())
@@ -358,3 +366,60 @@ def test_compiled_noise_is_eager_noise(tmp_path):
     assert not np.array_equal(out["b7"], out["b8"])
     assert not np.array_equal(out["fb0"], out["fb1"]) and not np.array_equal(out["fa0"], out["fa1"])
     assert abs(out["fb0"].std() - 1) < 0.1  # a real normal draw, not zeros
+
+
+def test_counter_noise_kokoro_decoder():
+    """Kokoro's whole Decoder (random init, Kokoro-82M's istftnet settings, 8 frames):
+    a seed reproduces the audio, and it is upstream's audio given the same draws."""
+    istftnet = require("kokoro.istftnet")
+    import warnings
+
+    cfg = {"upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6], "gen_istft_hop_size": 5,
+           "gen_istft_n_fft": 20, "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+           "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512}
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # weight_norm's deprecation
+        dec = istftnet.Decoder(dim_in=512, style_dim=128, dim_out=80, **cfg).eval()
+    F = 8
+    g = torch.Generator().manual_seed(2)
+    asr, s = torch.randn(1, 512, F, generator=g), torch.randn(1, 128, generator=g)
+    F0, N = torch.rand(1, 2 * F, generator=g) * 200, torch.randn(1, 2 * F, generator=g)
+    F0[:, 4:7] = 0  # unvoiced frames
+    dim = dec.generator.m_source.l_sin_gen.dim
+    with torch.no_grad():
+        with noise.counter_noise(dec, 5):
+            a = dec(asr, F0, N, s)
+            b = dec(asr, F0, N, s)
+        orig = torch.rand, torch.randn_like
+        torch.rand = lambda *shape, **kw: torch.from_numpy(noise.uniform(shape, 5, 0))
+        torch.randn_like = lambda t, **kw: torch.from_numpy(
+            noise.normal(tuple(t.shape), 5, 1 if t.shape[-1] == dim else 2))
+        try:
+            want = dec(asr, F0, N, s)
+        finally:
+            torch.rand, torch.randn_like = orig
+    assert a.shape == (1, 1, 600 * F) and torch.isfinite(a).all()
+    assert torch.equal(a, b) and torch.equal(a, want)
+
+
+def test_compiled_noise_dynamic_shape():
+    """A draw whose shape is a symbolic dimension of an input: TVM passes the run-time
+    shape to random_v1, and the numbers are PyTorch's for every length."""
+    tvm = require("tvm")
+    from tvm import relax
+
+    import kokoro_lstm.tvm as kt
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x, seed):
+            return x * ko.random_normal(seed, [x.shape[0], x.shape[1]], 1)
+
+    x = torch.rand(1, 300)
+    ep = torch.export.export(Scaled(), (x, torch.tensor([7])), strict=False,
+                             dynamic_shapes=({1: torch.export.Dim("L", min=2, max=10 ** 5)}, None))
+    vm = relax.VirtualMachine(tvm.compile(kt.from_exported_program(ep), target="llvm"), tvm.cpu())
+    for n in (300, 17, 5001):
+        xx = torch.rand(1, n)
+        got = vm["main"](tvm.runtime.tensor(xx.numpy()), tvm.runtime.tensor(np.array([7])))[0]
+        np.testing.assert_array_equal(got.numpy(), Scaled()(xx, torch.tensor([7])).numpy())

@@ -592,7 +592,8 @@ def test_convert_map_keys():
     keys = set(kt.convert_map("tir"))
     assert keys == {"lstm.input", "lstm_forward.default", "lstm_forward_bidirectional.default",
                     "lstm_forward_packed.default", "lstm_forward_packed_bidirectional.default",
-                    "lstm_forward_gated.default"}
+                    "lstm_forward_gated.default",
+                    "random_uniform.default", "random_normal.default"}  # kokoro_lstm.noise's ops
 
 
 @pytest.mark.parametrize("method", UNROLLED)

@@ -151,11 +151,12 @@ def convert_map(method: str = "auto", target="llvm", *, _bound_names=None) -> di
     Keys: ``lstm_forward.default``, ``lstm_forward_bidirectional.default``,
     ``lstm_forward_packed.default``, ``lstm_forward_packed_bidirectional.default``,
     ``lstm_forward_gated.default`` (native only; layer 0's gate input given or augmented
-    by the caller) (the ``kokoro::`` ops of :mod:`kokoro_lstm.torch_ops`) and
-    ``lstm.input`` (aten;
+    by the caller), ``random_uniform.default`` and ``random_normal.default`` (counter-based
+    noise, :mod:`kokoro_lstm.noise`: ``call_dps_packed("kokoro_lstm.random_v1")``) (the
+    ``kokoro::`` ops of :mod:`kokoro_lstm.torch_ops`) and ``lstm.input`` (aten;
     present only when the program was not decomposed: pass
     ``run_ep_decomposition=False`` or decompose with :func:`decomposition_table`).
-    Each converter ``fn(node, importer)`` returns the Relax tuple
+    Each LSTM converter ``fn(node, importer)`` returns the Relax tuple
     ``(output, h_n, c_n)``.
     """
     from . import _convert

@@ -121,12 +121,114 @@ class AttentionConfig(NamedTuple):
     num_threads: int = 0
 
 
+# -- instance norm (i31-noise's block): instance_norm_v1 ---------------------------------
+# TVM 0.27 legalizes relax.nn.instance_norm as rsqrt(E[x^2] - E[x]^2 + eps), NaN where
+# rounding makes that negative (a constant row: Kokoro's decoder on silence). The
+# engine's kernel (src/ops/norm.c) takes the centered variance in double: a constant
+# row gives 0 (PyTorch's answer), NaN in gives NaN out. Kokoro's AdaIN1d,
+# ``scale * instance_norm(x) + shift`` with per-(batch, channel) scale and shift (its
+# ``1 + gamma`` and ``beta``), is fused into the same call.
+INSTANCE_NORM_FUNC = "kokoro_lstm.instance_norm_v1"
+
+
+class InstanceNormConfig(NamedTuple):
+    """``instance_norm_v1(cfg, x, [weight], [bias], [scale], [shift], y)``."""
+    abi: int = ABI_VERSION
+    has_weight: int = 0
+    has_bias: int = 0
+    has_scale: int = 0    # AdaIN: y = scale * norm + shift, C or N * C values each
+    has_shift: int = 0
+    eps_bits: int = 0     # the float64 epsilon's bits (f64_bits)
+    num_threads: int = 0
+
+
+def f64_bits(x) -> int:
+    """The bits of float64 ``x`` as a signed int (InstanceNormConfig.eps_bits)."""
+    import struct
+
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
+def _instance_norm_pattern():
+    """A Relax instance_norm."""
+    from tvm.relax.dpl import wildcard
+
+    return _op("relax.nn.instance_norm", wildcard(), wildcard(), wildcard()), {}
+
+
+def _adain_pattern():
+    """``scale * instance_norm(x) + shift``, each product and sum in either order."""
+    from tvm.relax.dpl import wildcard
+
+    ann = {"norm": _op("relax.nn.instance_norm", wildcard(), wildcard(), wildcard())}
+    ann["mul"] = _either("relax.multiply", ann["norm"], wildcard())
+    return _either("relax.add", ann["mul"], wildcard()), ann
+
+
+def _instance_norm_call(rw, norm, scale=None, shift=None):
+    """instance_norm_v1 for the Relax instance_norm ``norm`` (with an AdaIN scale and
+    shift), else None: float32 [N, C, ...] normalized per (n, c) over the rest (its
+    axes those, or with axis 0 too when N is 1), weight and bias of C values."""
+    x, gamma, beta = norm.args
+    at = norm.attrs
+    sx = _static_shape(x)
+    if sx is None or len(sx) < 3 or _static_shape(norm) != sx:
+        return None
+    nd = len(sx)
+    axes = sorted(int(a) % nd for a in at.axes)
+    rest = list(range(2, nd))
+    if int(at.channel_axis) % nd != 1 or not (axes == rest or (sx[0] == 1 and axes == [0] + rest)):
+        return None
+    use_w, use_b = bool(at.scale), bool(at.center)
+    if (use_w and _static_shape(gamma) != (sx[1],)) or (use_b and _static_shape(beta) != (sx[1],)):
+        return None
+    cfg = InstanceNormConfig(has_weight=int(use_w), has_bias=int(use_b),
+                             has_scale=int(scale is not None), has_shift=int(shift is not None),
+                             eps_bits=f64_bits(float(at.epsilon)), num_threads=rw.nth)
+    args = [x] + [gamma] * use_w + [beta] * use_b + [a for a in (scale, shift) if a is not None]
+    return extern_call(cfg, args, sx)
+
+
+def _per_channel(shape, n, c, nd):
+    """Whether a tensor of ``shape`` broadcast against [n, c, ...] (nd dims) is one
+    value per (n, c) or per c, laid out [n][c]."""
+    if shape is None or len(shape) > nd:
+        return False
+    full = (1,) * (nd - len(shape)) + tuple(shape)
+    return full[0] in (1, n) and full[1] == c and all(d == 1 for d in full[2:])
+
+
+def _adain_rule(rw, call, m, scope):
+    """``scale * instance_norm(x) + shift`` (the norm and the product used once) as one
+    instance_norm_v1."""
+    norm, mul = m["norm"], m["mul"]
+    if not (scope.used_once(norm) and scope.used_once(mul)):
+        return None
+    shift = next((a for a in call.args if not scope.value.get(a, a).same_as(mul)), None)
+    scale = next((a for a in mul.args if not scope.value.get(a, a).same_as(norm)), None)
+    sx = _static_shape(norm.args[0])
+    if shift is None or scale is None or sx is None or _static_shape(call) != sx:
+        return None
+    if not all(_per_channel(_static_shape(t), sx[0], sx[1], len(sx)) for t in (scale, shift)):
+        return None
+    new = _instance_norm_call(rw, norm, scale, shift)
+    if new is not None:
+        rw._count("adain_fused")
+    return new
+
+
+def _instance_norm_rule(rw, call, m, scope):
+    return _instance_norm_call(rw, call)
+
+
 #: extern name -> its config's schema
 CONFIGS = {MATMUL_FUNC: MatmulConfig, CONV1D_FUNC: Conv1dConfig,
            CONV1D_TRANSPOSE_DW_FUNC: Conv1dTransposeDwConfig,
            CONV1D_TRANSPOSE_FUNC: Conv1dTransposeConfig, SOFTMAX_FUNC: SoftmaxConfig,
            ATTENTION_FUNC: AttentionConfig}
 _FUNC_OF = {cls: name for name, cls in CONFIGS.items()}
+CONFIGS[INSTANCE_NORM_FUNC] = InstanceNormConfig  # i31-noise's block
+_FUNC_OF[InstanceNormConfig] = INSTANCE_NORM_FUNC
 
 
 def f32_bits(x) -> int:
@@ -355,12 +457,14 @@ def _fold_weights(func, targets):
 
 
 def _transpose_weights(scope):
-    """The computed weights (vars) of the groups-1 conv1d_transposes in ``scope``:
-    those :func:`_fold_weights` evaluates for packing."""
+    """The computed weights (vars) of the groups-1 conv1d_transposes in ``scope``
+    that conv1d_transpose_v1 takes (dilation dividing stride): those
+    :func:`_fold_weights` evaluates for packing."""
     from tvm import relax
 
     return [v.args[1] for v in scope.value.values()
             if _op_name(v) == "relax.nn.conv1d_transpose" and int(v.attrs.groups) == 1
+            and int(v.attrs.strides[0]) % int(v.attrs.dilation[0]) == 0
             and isinstance(v.args[1], relax.Var)]
 
 
@@ -891,6 +995,8 @@ class _Rewriter:
             return None
         return extern_call(cfg._replace(o_layout=1), list(x.args[1].fields[1:]), (B, L, H, D))
 
+    adain, instance_norm = _adain_rule, _instance_norm_rule  # i31-noise's block
+
     def lstm_threads(self, call, m, scope):
         """The LSTM's engine call with ``num_threads`` compiled into its config."""
         from tvm import relax
@@ -917,7 +1023,8 @@ _RULES = ((_sdpa_pattern, "attention"), (_sdpa_out_pattern, "attention_out"),
           (_gelu_pattern, "gelu"), (_bias_pattern, "bias"),
           (_single("relax.matmul"), "matmul"), (_single("relax.nn.conv1d"), "conv1d"),
           (_single("relax.nn.conv1d_transpose"), "conv1d_transpose"),
-          (_single("relax.nn.softmax", 1), "softmax"), (_lstm_pattern, "lstm_threads"))
+          (_single("relax.nn.softmax", 1), "softmax"), (_lstm_pattern, "lstm_threads"),
+          (_adain_pattern, "adain"), (_instance_norm_pattern, "instance_norm"))
 
 
 def rewrite_dense(mod, num_threads=0):

@@ -108,7 +108,8 @@ def blas_link_flags() -> list:
 ENGINE_FUNCTIONS = ("kokoro_lstm.lstm_forward_v2", "kokoro_lstm.matmul_v1",
                     "kokoro_lstm.conv1d_v1", "kokoro_lstm.conv1d_transpose_dw_v1",
                     "kokoro_lstm.softmax_v1", "kokoro_lstm.attention_v1",
-                    "kokoro_lstm.random_v1", "kokoro_lstm.fresh_seed_v1")
+                    "kokoro_lstm.random_v1", "kokoro_lstm.fresh_seed_v1",
+                    "kokoro_lstm.instance_norm_v1")
 
 _engine_module = None
 

@@ -107,8 +107,9 @@ def with_fresh_seed(mod, seeded="decoder_forward_seeded", name="decoder_forward"
         raise ValueError(f"with_fresh_seed: {seeded!r} has no inputs")
     k = n_in - 1
     ty = func.params[k].ty
-    if (not isinstance(ty, relax.TensorType) or ty.dtype != "int64" or ty.shape is None
-            or [int(d) for d in ty.shape.values] != [1]):
+    shape = getattr(ty.shape, "values", None) if isinstance(ty, relax.TensorType) else None
+    if (shape is None or ty.dtype != "int64" or len(shape) != 1
+            or not isinstance(shape[0], tvm.tirx.IntImm) or int(shape[0]) != 1):
         raise ValueError(f"with_fresh_seed: the last input of {seeded!r} must be the seed, an "
                          f"int64 tensor of shape [1]; got {ty}")
     for g, f in mod.functions.items():

@@ -255,6 +255,12 @@ int kl_threads_short_call(int nth, int64_t rows, int small_batch, int recurrence
   return small_batch && rows < KL_SHORT_CALL_ROWS && nth > recurrence ? recurrence : nth;
 }
 
+int kl_threads_for_work(int nth, double work, double min_work) {
+  if (nth <= 1 || !(work >= min_work)) return 1; /* NaN work: one thread */
+  const double n = work / min_work;
+  return n < (double)nth ? (int)n : nth;
+}
+
 /* ---- the pool choice ---- */
 static atomic_int g_foreign = -1, g_pin = -1; /* kl_pool_set_params; -1: the default */
 static atomic_int g_foreign_env = -1;         /* KOKORO_LSTM_POOL, once read */

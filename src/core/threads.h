@@ -48,6 +48,11 @@ int kl_env_count(const char* name);
 #define KL_SHORT_CALL_ROWS 128
 int kl_threads_short_call(int nth, int64_t rows, int small_batch, int recurrence);
 
+/* A call of `work` units (its op family's unit: multiply-adds, bytes, elements)
+ * runs at most one thread per `min_work` units, at least one and at most nth:
+ * a thread with less work costs more to wake and to wait for than it saves. */
+int kl_threads_for_work(int nth, double work, double min_work);
+
 /* Which threads run a parallel job (kl_pool_run):
  * foreign 1: the caller's runtime when it has threads for the job (TVM's pool
  *   for calls marked KL_POOL_TVM, libgomp's team when libgomp is loaded), else

@@ -31,8 +31,6 @@
 #define KL_DENSE_MT_MIN 64
 #define KL_DENSE_NT_MIN 128
 #define KL_DENSE_TILE_MIN_MACS (1 << 21)
-/* Below this many multiply-adds a call runs on the calling thread alone. */
-#define KL_DENSE_SERIAL_MACS (1 << 18)
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -63,7 +61,7 @@ static void mm_tiles(mm_job* j, int nth) {
   const double macs = (double)a->M * (double)a->N * (double)a->K;
   const int64_t total = a->batch * nm * nn;
   if (total % 2 == 1 && total < KL_DENSE_EVEN_BELOW && a->N >= 2 * KL_DENSE_ALIGN &&
-      macs * (double)a->batch >= 2.0 * KL_DENSE_SERIAL_MACS)
+      macs * (double)a->batch >= 2.0 * KL_DENSE_MIN_MACS)
     nn++;
   while (a->batch * nm * nn < nth) {
     const int64_t rows = cdiv(a->M, nm + 1), cols = cdiv(a->N, nn);
@@ -278,9 +276,9 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   if (!a->c || (a->K > 0 && (!a->a || !a->b))) return KL_ERR_ARG; /* empty operands may be NULL */
   if (a->act != KL_ACT_NONE && a->act != KL_ACT_GELU_TANH) return KL_ERR_ARG;
   if (a->c_trans && !a->b_panels) return KL_ERR_ARG;
-  const double macs = (double)a->batch * (double)a->M * (double)a->N * (double)(a->K + 1);
-  int nth = kl_threads_resolve(a->num_threads);
-  if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  const double n = a->b_panels ? (double)(cdiv(a->N, KL_PGEMM_NR) * KL_PGEMM_NR) : (double)a->N;
+  const double macs = (double)a->batch * (double)a->M * n * (double)(a->K + 1);
+  int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads), macs, KL_DENSE_MIN_MACS);
   if (a->b_panels) return pgemm(a, nth);
   mm_job j;
   j.a = a;
@@ -333,14 +331,16 @@ static void im2col_task(void* ctx, int ith, int nth) {
 
 /* ---- convolutions as phases of panel GEMMs ------------------------------------
  * When the im2col rows of a convolution's outputs are not evenly spaced rows of
- * the time-major input, its outputs are split into phases whose rows are: phase
- * g's outputs t = t0[g] + tstep * i, i < m[g], output i being rows i .. of the
- * time-major input xt_g (rows lda apart, overlapping) times phase g's panels.
+ * the time-major input, its outputs are split into phases in which they are:
+ * phase g's outputs t = t0[g] + tstep * i, i < m[g], output i being rows i .. of
+ * the time-major input xt_g (rows lda apart, overlapping) times g's panels.
  * A transposed convolution of stride s has s phases (one per output t mod s,
  * each a plain correlation over its own taps) on one xt; a dilated one (stride
  * 1, dilation d) has d phases sharing one set of panels, each on its own xt_g
- * (every d-th input step). A task computes a block of rows times a run of
- * panels into a tile in L1 and stores it to y's rows with stride tstep. */
+ * (every d-th input step). A task takes one block of rows i (the same block in
+ * every phase: one window of the output) and a run of panels, and for each panel
+ * computes every phase's tile in L1 and stores it to y's rows with stride
+ * tstep: the lines of one output window are completed by one task, in its cache. */
 typedef struct ph_job {
   int64_t batch, nph, cout, wout;
   const float* xt;
@@ -350,35 +350,34 @@ typedef struct ph_job {
   const int64_t* t0;            /* per phase: first output step */
   const int64_t* kred;          /* per phase: the reduction length (rows of its panels) */
   const int64_t* w_off;         /* per phase: floats from a panel's start to its rows */
-  const int64_t* task0;         /* per phase: its first task (batch 0), nph + 1 values */
   int64_t tstep;
   const float* w;
   int64_t w_pstride;            /* floats between panels */
   const float* bias;
   float* y;
   kl_f32_pgemm_ukernel_fn kern;
-  int64_t np, pchunk, pblocks, mb, ntasks;
+  int64_t np, pchunk, pblocks, mb, rblocks, ntasks;
   float* tiles;                 /* per thread: mb x KL_PGEMM_NR */
   atomic_llong next;
 } ph_job;
 
 static void ph_tile(const ph_job* j, int64_t t, float* tile) {
-  const int64_t per = j->task0[j->nph], b = t / per;
-  int64_t r = t % per, g = 0;
-  while (r >= j->task0[g + 1]) g++;
-  r -= j->task0[g];
+  const int64_t per = j->rblocks * j->pblocks, b = t / per, r = t % per;
   const int64_t m0 = (r / j->pblocks) * j->mb, p0 = (r % j->pblocks) * j->pchunk;
-  const int64_t m = j->m[g] - m0 < j->mb ? j->m[g] - m0 : j->mb;
   const int64_t p1 = p0 + j->pchunk < j->np ? p0 + j->pchunk : j->np;
-  const float* A = j->xt + b * j->xt_sb + g * j->xt_sph + j->a_off[g] + m0 * j->lda;
-  float* Y = j->y + b * j->cout * j->wout + j->t0[g] + m0 * j->tstep;
   for (int64_t p = p0; p < p1; p++) {
     const int64_t n0 = p * KL_PGEMM_NR, n = j->cout - n0 < KL_PGEMM_NR ? j->cout - n0 : KL_PGEMM_NR;
-    kl_pgemm_panels(j->kern, m, n, j->kred[g], A, j->lda, j->w + p * j->w_pstride + j->w_off[g],
-                    j->bias ? j->bias + n0 : NULL, 1, tile, KL_PGEMM_NR, 0, 1, 0);
-    for (int64_t c = 0; c < n; c++) {
-      float* yr = Y + (n0 + c) * j->wout;
-      for (int64_t i = 0; i < m; i++) yr[i * j->tstep] = tile[i * KL_PGEMM_NR + c];
+    for (int64_t g = 0; g < j->nph; g++) {
+      if (m0 >= j->m[g]) continue;
+      const int64_t m = j->m[g] - m0 < j->mb ? j->m[g] - m0 : j->mb;
+      const float* A = j->xt + b * j->xt_sb + g * j->xt_sph + j->a_off[g] + m0 * j->lda;
+      kl_pgemm_panels(j->kern, m, n, j->kred[g], A, j->lda, j->w + p * j->w_pstride + j->w_off[g],
+                      j->bias ? j->bias + n0 : NULL, 1, tile, KL_PGEMM_NR, 0, 1, 0);
+      float* Y = j->y + b * j->cout * j->wout + j->t0[g] + m0 * j->tstep;
+      for (int64_t c = 0; c < n; c++) {
+        float* yr = Y + (n0 + c) * j->wout;
+        for (int64_t i = 0; i < m; i++) yr[i * j->tstep] = tile[i * KL_PGEMM_NR + c];
+      }
     }
   }
 }
@@ -390,32 +389,28 @@ static void ph_task(void* ctx, int ith, int nth) {
   for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) ph_tile(j, t, tile);
 }
 
-/* Runs j (its fields up to kern and the per-phase tables filled; task0 with
- * nph + 1 entries to fill): row blocks of at most KL_PGEMM_MC, panels split in
- * runs so that there are about 2 tasks per thread. Results do not depend on the
- * split. */
-static kl_status ph_run(ph_job* j, int64_t* task0, int nth) {
+/* Runs j (its fields up to kern filled): blocks of rows of at most
+ * KL_PGEMM_MC, split evenly; panels split in runs so that there are about 2
+ * tasks per thread. Results do not depend on the split. */
+static kl_status ph_run(ph_job* j, int nth) {
   j->np = cdiv(j->cout, KL_PGEMM_NR);
   int64_t mmax = 0;
   double macs = 0.0;
   for (int64_t g = 0; g < j->nph; g++) {
     if (j->m[g] > mmax) mmax = j->m[g];
-    macs += (double)j->batch * (double)j->m[g] * (double)(j->kred[g] + 1) * (double)j->cout;
+    macs += (double)j->batch * (double)j->m[g] * (double)(j->kred[g] + 1) *
+            (double)(j->np * KL_PGEMM_NR);
   }
   if (mmax == 0) return KL_OK;
-  j->mb = mmax < KL_PGEMM_MC ? mmax : KL_PGEMM_MC;
-  int64_t have = 0;
-  for (int64_t g = 0; g < j->nph; g++) have += cdiv(j->m[g], j->mb);
-  have *= j->batch;
-  if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  j->rblocks = cdiv(mmax, KL_PGEMM_MC);
+  j->mb = cdiv(mmax, j->rblocks);
+  const int64_t have = j->batch * j->rblocks;
+  nth = kl_threads_for_work(nth, macs, KL_DENSE_MIN_MACS);
   const int64_t want = nth > 1 ? 2 * (int64_t)nth : 1;
   const int64_t split = have >= want ? 1 : cdiv(want, have);
   j->pchunk = cdiv(j->np, split < j->np ? split : j->np);
   j->pblocks = cdiv(j->np, j->pchunk);
-  task0[0] = 0;
-  for (int64_t g = 0; g < j->nph; g++) task0[g + 1] = task0[g] + cdiv(j->m[g], j->mb) * j->pblocks;
-  j->task0 = task0;
-  j->ntasks = j->batch * task0[j->nph];
+  j->ntasks = have * j->pblocks;
   if (nth > j->ntasks) nth = (int)j->ntasks;
   atomic_init(&j->next, 0);
   size_t cap = 0;
@@ -428,7 +423,9 @@ static kl_status ph_run(ph_job* j, int64_t* task0, int nth) {
 
 /* xt_g for g < nph, per batch element: rows u < rows of cin floats (a phase's
  * rows at xt + (b * nph + g) * rows * cin), row u holding x[.., g + step * u - off],
- * zeros where that step is outside [0, win). */
+ * zeros where that step is outside [0, win). Built in runs of KL_GX_ROWS rows,
+ * dealt evenly to the threads. */
+#define KL_GX_ROWS 256
 typedef struct gx_job {
   const float* x;
   int64_t batch, cin, win, nph, rows, step, off;
@@ -437,19 +434,22 @@ typedef struct gx_job {
 
 static void gx_task(void* ctx, int ith, int nth) {
   const gx_job* j = ctx;
-  const int64_t total = j->batch * j->nph, per = cdiv(total, nth);
+  const int64_t runs = cdiv(j->rows, KL_GX_ROWS), total = j->batch * j->nph * runs;
+  const int64_t per = cdiv(total, nth);
   const int64_t r0 = per * ith, r1 = r0 + per < total ? r0 + per : total;
-  for (int64_t r = r0; r < r1; r++) { /* r = b * nph + g */
-    const int64_t b = r / j->nph, g = r % j->nph;
+  for (int64_t r = r0; r < r1; r++) { /* r = (b * nph + g) * runs + run */
+    const int64_t bg = r / runs, g = bg % j->nph, b = bg / j->nph;
+    const int64_t u0 = (r % runs) * KL_GX_ROWS, u1 = u0 + KL_GX_ROWS < j->rows ? u0 + KL_GX_ROWS : j->rows;
     const float* x = j->x + b * j->cin * j->win;
-    float* xt = j->xt + r * j->rows * j->cin;
-    /* the rows whose step is in [0, win): u in [lo, hi) */
+    float* xt = j->xt + bg * j->rows * j->cin;
+    /* the rows of [u0, u1) whose step is in [0, win): u in [lo, hi) */
     int64_t lo = j->off - g > 0 ? cdiv(j->off - g, j->step) : 0;
     int64_t hi = j->win + j->off - g > 0 ? cdiv(j->win + j->off - g, j->step) : 0;
-    if (lo > j->rows) lo = j->rows;
-    if (hi > j->rows) hi = j->rows;
+    if (lo < u0) lo = u0;
+    if (lo > u1) lo = u1;
+    if (hi > u1) hi = u1;
     if (hi < lo) hi = lo;
-    memset(xt, 0, (size_t)(lo * j->cin) * sizeof(float));
+    memset(xt + u0 * j->cin, 0, (size_t)((lo - u0) * j->cin) * sizeof(float));
     if (j->step == 1) {
       transpose(x + (g + lo - j->off), j->win, xt + lo * j->cin, j->cin, j->cin, hi - lo);
     } else {
@@ -464,7 +464,7 @@ static void gx_task(void* ctx, int ith, int nth) {
         }
       }
     }
-    memset(xt + hi * j->cin, 0, (size_t)((j->rows - hi) * j->cin) * sizeof(float));
+    memset(xt + hi * j->cin, 0, (size_t)((u1 - hi) * j->cin) * sizeof(float));
   }
 }
 
@@ -473,7 +473,7 @@ static kl_status gx_build(gx_job* gx, size_t* cap, int nth) {
   const size_t n = (size_t)(gx->batch * gx->nph * gx->rows * gx->cin);
   gx->xt = kl_scratch_take((n ? n : 1) * sizeof(float), cap);
   if (!gx->xt) return KL_ERR_NOMEM;
-  return kl_pool_run((double)n * 4.0 < (1 << 18) ? 1 : nth, gx_task, gx);
+  return kl_pool_run(kl_threads_for_work(nth, (double)n * 4.0, KL_DENSE_MIN_COPY_BYTES), gx_task, gx);
 }
 
 /* ---- conv1d on weights packed in panels: no im2col -------------------------
@@ -512,7 +512,7 @@ static void xt_task(void* ctx, int ith, int nth) {
  * g < d) is rows i .. i + ksize - 1 of xt_g, every d-th step of x from g - pad_l. */
 static kl_status conv1d_panels_dilated(const kl_conv1d_args* a, int nth) {
   const int64_t d = a->dilation, rows = cdiv(a->wout + (a->ksize - 1) * d, d);
-  int64_t* tab = malloc((size_t)(6 * d + 1) * sizeof(int64_t));
+  int64_t* tab = malloc((size_t)(5 * d) * sizeof(int64_t));
   if (!tab) return KL_ERR_NOMEM;
   int64_t *a_off = tab, *m = tab + d, *t0 = tab + 2 * d, *kred = tab + 3 * d, *w_off = tab + 4 * d;
   for (int64_t g = 0; g < d; g++) {
@@ -546,7 +546,7 @@ static kl_status conv1d_panels_dilated(const kl_conv1d_args* a, int nth) {
     j.bias = a->bias;
     j.y = a->y;
     j.kern = kl_select_f32_pgemm();
-    if (st == KL_OK) st = ph_run(&j, tab + 5 * d, nth);
+    if (st == KL_OK) st = ph_run(&j, nth);
     kl_scratch_give(gx.xt, cap);
   }
   free(tab);
@@ -561,7 +561,7 @@ static kl_status conv1d_panels(const kl_conv1d_args* a, int nth) {
   xj.xt = kl_scratch_take((size_t)(a->batch * xj.rows * a->cin) * sizeof(float), &cap);
   if (!xj.xt) return KL_ERR_NOMEM;
   const double bytes = (double)(a->batch * xj.rows * a->cin) * 4.0;
-  kl_status s = kl_pool_run(bytes < (1 << 18) ? 1 : nth, xt_task, &xj);
+  kl_status s = kl_pool_run(kl_threads_for_work(nth, bytes, KL_DENSE_MIN_COPY_BYTES), xt_task, &xj);
   kl_matmul_args m;
   memset(&m, 0, sizeof(m));
   m.batch = a->batch;
@@ -605,7 +605,7 @@ kl_status kl_f32_conv1d(const kl_conv1d_args* a) {
     if (!direct) {
       im2col_job ij = {a, x, cols};
       const double bytes = (double)a->cin * (double)a->ksize * (double)a->wout * 4.0;
-      s = kl_pool_run(bytes < (1 << 18) ? 1 : nth, im2col_task, &ij);
+      s = kl_pool_run(kl_threads_for_work(nth, bytes, KL_DENSE_MIN_COPY_BYTES), im2col_task, &ij);
       B = cols;
     }
     /* y[cout][wout] = w[cout][cin*ksize] @ cols[cin*ksize][wout] (+ bias per row) */
@@ -675,7 +675,7 @@ kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* a) {
   if (a->batch == 0 || a->wout == 0) return KL_OK;
   const int nth = kl_threads_resolve(a->num_threads);
   const int64_t s = a->stride, p = a->pad_l, taps = ct_phase_taps(a->ksize, s, a->dilation, 0);
-  int64_t* tab = malloc((size_t)(6 * s + 1) * sizeof(int64_t));
+  int64_t* tab = malloc((size_t)(5 * s) * sizeof(int64_t));
   if (!tab) return KL_ERR_NOMEM;
   int64_t *a_off = tab, *m = tab + s, *t0 = tab + 2 * s, *kred = tab + 3 * s, *w_off = tab + 4 * s;
   const int64_t qmax = (a->wout - 1 + p) / s;
@@ -726,7 +726,7 @@ kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* a) {
     j.bias = a->bias;
     j.y = a->y;
     j.kern = kl_select_f32_pgemm();
-    if (st == KL_OK) st = ph_run(&j, tab + 5 * s, nth);
+    if (st == KL_OK) st = ph_run(&j, nth);
     kl_scratch_give(gx.xt, cap);
   }
   free(packed);
@@ -772,7 +772,7 @@ kl_status kl_f32_conv1d_transpose_dw(const kl_conv1d_transpose_dw_args* a) {
   if (a->batch == 0 || a->wout == 0) return KL_OK;
   dwt_job j = {a};
   const double work = (double)a->batch * (double)a->ch * (double)a->win * (double)a->ksize;
-  const int nth = work < (1 << 16) ? 1 : kl_threads_resolve(a->num_threads);
+  const int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads), work, KL_DENSE_MIN_DW_MACS);
   return kl_pool_run(nth, dwt_task, &j);
 }
 
@@ -796,7 +796,8 @@ kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int 
   if (rows == 0 || n == 0) return KL_OK;
   if (!x || !y) return KL_ERR_ARG;
   softmax_job j = {rows, n, x, y, kl_select_softmax()};
-  int nth = (double)rows * (double)n < (1 << 15) ? 1 : kl_threads_resolve(num_threads);
+  int nth = kl_threads_for_work(kl_threads_resolve(num_threads), (double)rows * (double)n,
+                                KL_DENSE_MIN_SOFTMAX);
   if (nth > rows) nth = (int)rows;
   return kl_pool_run(nth, softmax_task, &j);
 }
@@ -919,8 +920,7 @@ kl_status kl_f32_attention(const kl_attention_args* a) {
   atomic_init(&j.next, 0);
   const double macs = 2.0 * (double)a->batch * (double)a->heads * (double)a->L * (double)a->S *
                       (double)a->D;
-  int nth = kl_threads_resolve(a->num_threads);
-  if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads), macs, KL_DENSE_MIN_MACS);
   if (nth > j.ntasks) nth = (int)j.ntasks;
   j.rows = a->L < KL_ATTN_ROWS ? a->L : KL_ATTN_ROWS;
   j.lds = a->S + KL_ATTN_PAD;

@@ -51,6 +51,19 @@ kl_status kl_f32_matmul(const kl_matmul_args* args);
 /* Width of B's panels for b_panels (KL_PGEMM_NR). */
 #define KL_DENSE_PANEL 32
 
+/* A call runs at most one thread per this much work of its family
+ * (kl_threads_for_work), about 0.1 ms of one thread's work, so that waking and
+ * waiting for a thread never costs more than it saves: multiply-adds of the GEMM
+ * kernels (matmul, convolutions on panels or im2col, attention; the panels'
+ * padded columns count, they are computed), bytes of a copy pass (im2col, the
+ * transposed inputs), multiply-adds of the scalar depthwise transposed conv,
+ * and elements of a softmax. Work is split by the shapes alone: results do not
+ * depend on the thread count. */
+#define KL_DENSE_MIN_MACS (1 << 22)
+#define KL_DENSE_MIN_COPY_BYTES (1 << 20)
+#define KL_DENSE_MIN_DW_MACS (1 << 17)
+#define KL_DENSE_MIN_SOFTMAX (1 << 18)
+
 /* y[n] = conv1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's Conv1d):
  *   x: [batch, cin, win] compact; w: [cout, cin, ksize] compact, or with w_panels
  *   (stride 1 or dilation 1) packed in panels of KL_DENSE_PANEL output

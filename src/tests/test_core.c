@@ -33,7 +33,9 @@
 #include "engine.h"   /* the handle API (kl_lstm_create / run) */
 #include "internal.h" /* kernel-level comparisons only */
 #include "scratch.h"
+#include "threads.h"  /* the thread rule (kl_threads_for_work, kl_pool_last_threads) */
 #include "dense.h"   /* the dense operators (src/ops) */
+#include "norm.h"    /* instance norm (src/ops) */
 #include "random.h"  /* counter-based random numbers (src/ops) */
 
 /* ---- bookkeeping ------------------------------------------------------- */
@@ -2001,6 +2003,149 @@ static void test_dense_conv1d_panels(void) {
   for (int i = 0; i < 4; i++) free(y[i]);
 }
 
+/* A float64 transposed convolution (groups 1) of x [batch, cin, win] and
+ * w [cin, cout, ks] into y [batch, cout, wout]. */
+static void ref_conv_transpose(const float* x, const float* w, const float* bias, double* y,
+                               int64_t batch, int64_t cin, int64_t cout, int64_t win, int64_t wout,
+                               int64_t ks, int64_t stride, int64_t dil, int64_t pad) {
+  for (int64_t n = 0; n < batch; n++)
+    for (int64_t o = 0; o < cout; o++) {
+      double* yr = y + (n * cout + o) * wout;
+      for (int64_t t = 0; t < wout; t++) yr[t] = bias ? bias[o] : 0.0;
+      for (int64_t c = 0; c < cin; c++)
+        for (int64_t i = 0; i < win; i++)
+          for (int64_t k = 0; k < ks; k++) {
+            const int64_t t = i * stride + k * dil - pad;
+            if (t >= 0 && t < wout)
+              yr[t] += (double)x[(n * cin + c) * win + i] * w[(c * cout + o) * ks + k];
+          }
+    }
+}
+
+/* ConvTranspose1d with groups 1 (kl_f32_conv1d_transpose) against float64, raw
+ * and packed weights, 1/2/3 threads bitwise equal: output padding, stride >
+ * kernel (phases without taps), dilation dividing stride, padding > kernel, a
+ * partial panel; dilation 3 with stride 4 refused. Then conv1d on panels with
+ * dilation 3 (stride 1) and with stride 3 (dilation 1) against float64. */
+static void test_dense_conv_phases(void) {
+  static const int64_t cases[][8] = { /* cin, cout, ks, stride, dil, pad, out_pad, win */
+      {5, 33, 4, 2, 1, 1, 1, 9}, {3, 7, 3, 5, 1, 0, 2, 6}, {8, 5, 7, 6, 2, 4, 1, 10},
+      {4, 3, 2, 3, 3, 6, 0, 5}, {70, 9, 9, 1, 1, 4, 0, 40},
+      {64, 64, 12, 6, 1, 3, 0, 200}}; /* the last: enough work for 2 threads */
+  const int64_t batch = 2;
+  int ok = 1;
+  double err = 0;
+  kl_status s = KL_OK;
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]) && s == KL_OK; ci++) {
+    const int64_t cin = cases[ci][0], cout = cases[ci][1], ks = cases[ci][2], st = cases[ci][3];
+    const int64_t dil = cases[ci][4], pad = cases[ci][5], win = cases[ci][7];
+    const int64_t wout = (win - 1) * st - 2 * pad + dil * (ks - 1) + cases[ci][6] + 1;
+    const int64_t np = (cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
+    float* x = malloc(sizeof(float) * (size_t)(batch * cin * win));
+    float* w = malloc(sizeof(float) * (size_t)(cin * cout * ks));
+    float* P = malloc(sizeof(float) * (size_t)(np * ks * cin * KL_DENSE_PANEL));
+    float* bias = malloc(sizeof(float) * (size_t)cout);
+    double* ref = malloc(sizeof(double) * (size_t)(batch * cout * wout));
+    float* y[4];
+    for (int i = 0; i < 4; i++) y[i] = malloc(sizeof(float) * (size_t)(batch * cout * wout));
+    if (!x || !w || !P || !bias || !ref || !y[0] || !y[1] || !y[2] || !y[3]) s = KL_ERR_NOMEM;
+    if (s == KL_OK) {
+      uint32_t r = 29 + (uint32_t)ci;
+      for (int64_t i = 0; i < batch * cin * win; i++) x[i] = frand(&r);
+      for (int64_t i = 0; i < cin * cout * ks; i++) w[i] = frand(&r);
+      for (int64_t i = 0; i < cout; i++) bias[i] = frand(&r);
+      s = kl_f32_conv1d_transpose_pack(cin, cout, ks, st, dil, w, P);
+      ref_conv_transpose(x, w, bias, ref, batch, cin, cout, win, wout, ks, st, dil, pad);
+      const int threads[4] = {1, 2, 3, 2}, panels[4] = {1, 1, 1, 0};
+      for (int t = 0; t < 4 && s == KL_OK; t++) {
+        kl_conv1d_transpose_args c;
+        memset(&c, 0, sizeof(c));
+        c.batch = batch, c.cin = cin, c.cout = cout, c.win = win, c.wout = wout, c.ksize = ks;
+        c.stride = st, c.dilation = dil, c.pad_l = pad, c.x = x, c.w = panels[t] ? P : w;
+        c.w_panels = panels[t], c.bias = bias, c.y = y[t], c.num_threads = threads[t];
+        s = kl_f32_conv1d_transpose(&c);
+      }
+      for (int64_t i = 0; i < batch * cout * wout && s == KL_OK; i++) err = fmax(err, fabs(ref[i] - y[0][i]));
+      for (int t = 1; t < 4; t++)
+        ok = ok && !memcmp(y[0], y[t], sizeof(float) * (size_t)(batch * cout * wout));
+    }
+    free(x);
+    free(w);
+    free(P);
+    free(bias);
+    free(ref);
+    for (int i = 0; i < 4; i++) free(y[i]);
+  }
+  float one = 1.0f, out[8];
+  kl_conv1d_transpose_args bad;
+  memset(&bad, 0, sizeof(bad));
+  bad.batch = 1, bad.cin = 1, bad.cout = 1, bad.win = 1, bad.wout = 8, bad.ksize = 1;
+  bad.stride = 4, bad.dilation = 3, bad.x = &one, bad.w = &one, bad.y = out;
+  ok = ok && kl_f32_conv1d_transpose(&bad) == KL_ERR_ARG;
+  check(s == KL_OK && ok && err < 1e-4,
+        "[dense] conv1d_transpose (groups 1), 6 shapes, raw and packed weights: %s, max abs err "
+        "%.2g, threads 1/2/3 bitwise equal, dilation not dividing stride refused",
+        kl_status_str(s), err);
+
+  /* conv1d on panels: dilation 3 (stride 1) and stride 3 (dilation 1) */
+  /* cin, cout, ks, st, dil, pad: each with work for 2 threads or more (KL_DENSE_MIN_MACS) */
+  static const int64_t convs[][6] = {{64, 40, 5, 1, 3, 6}, {64, 9, 12, 3, 1, 3}};
+  const int64_t win = 700;
+  err = 0;
+  ok = 1;
+  for (size_t ci = 0; ci < 2 && s == KL_OK; ci++) {
+    const int64_t cin = convs[ci][0], cout = convs[ci][1], ks = convs[ci][2], st = convs[ci][3];
+    const int64_t dil = convs[ci][4], pad = convs[ci][5];
+    const int64_t wout = (win + 2 * pad - dil * (ks - 1) - 1) / st + 1, K = ks * cin;
+    const int64_t np = (cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
+    float* x = malloc(sizeof(float) * (size_t)(batch * cin * win));
+    float* w = malloc(sizeof(float) * (size_t)(cout * K));
+    float* P = calloc((size_t)(np * K * KL_DENSE_PANEL), sizeof(float));
+    float* y[3];
+    for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * (size_t)(batch * cout * wout));
+    if (!x || !w || !P || !y[0] || !y[1] || !y[2]) s = KL_ERR_NOMEM;
+    if (s == KL_OK) {
+      uint32_t r = 41 + (uint32_t)ci;
+      for (int64_t i = 0; i < batch * cin * win; i++) x[i] = frand(&r);
+      for (int64_t i = 0; i < cout * K; i++) w[i] = frand(&r);
+      for (int64_t o = 0; o < cout; o++)
+        for (int64_t c = 0; c < cin; c++)
+          for (int64_t j = 0; j < ks; j++)
+            P[((o / KL_DENSE_PANEL) * K + j * cin + c) * KL_DENSE_PANEL + o % KL_DENSE_PANEL] =
+                w[(o * cin + c) * ks + j];
+      const int threads[3] = {1, 2, 3};
+      for (int t = 0; t < 3 && s == KL_OK; t++) {
+        kl_conv1d_args c;
+        memset(&c, 0, sizeof(c));
+        c.batch = batch, c.cin = cin, c.cout = cout, c.win = win, c.wout = wout, c.ksize = ks;
+        c.stride = st, c.dilation = dil, c.pad_l = pad, c.x = x, c.w = P, c.w_panels = 1;
+        c.y = y[t], c.num_threads = threads[t];
+        s = kl_f32_conv1d(&c);
+      }
+      for (int64_t n = 0; n < batch && s == KL_OK; n++)
+        for (int64_t o = 0; o < cout; o++)
+          for (int64_t t = 0; t < wout; t++) {
+            double acc = 0;
+            for (int64_t c = 0; c < cin; c++)
+              for (int64_t j = 0; j < ks; j++) {
+                const int64_t u = t * st + j * dil - pad;
+                if (u >= 0 && u < win) acc += (double)x[(n * cin + c) * win + u] * w[(o * cin + c) * ks + j];
+              }
+            err = fmax(err, fabs(acc - y[0][(n * cout + o) * wout + t]));
+          }
+      for (int t = 1; t < 3; t++)
+        ok = ok && !memcmp(y[0], y[t], sizeof(float) * (size_t)(batch * cout * wout));
+    }
+    free(x);
+    free(w);
+    free(P);
+    for (int i = 0; i < 3; i++) free(y[i]);
+  }
+  check(s == KL_OK && ok && err < 1e-4,
+        "[dense] conv1d on panels, dilation 3 and stride 3: %s, max abs err %.2g, threads 1/2/3 "
+        "bitwise equal", kl_status_str(s), err);
+}
+
 /* More threads than the shape's tiles: 256x512 (K = 256) is 2 tiles; 8 threads
  * split them into 8 (rows first). Bitwise equal to 1 and 2 threads. */
 static void test_dense_matmul_split(void) {
@@ -2035,8 +2180,53 @@ static void test_dense_matmul_split(void) {
 
 /* kl_f32_attention ([B, L, H, D] layout, broadcast mask with a fully masked row)
  * against float64; num_threads 1, 2, 3 bitwise identical. */
+/* kl_threads_for_work, and the dense calls' thread counts by it: a call of
+ * 2.5 KL_DENSE_MIN_MACS runs 2 of 4 threads, one under KL_DENSE_MIN_SOFTMAX
+ * elements none but the caller, with the same bits at 1, 2 and 4 threads. */
+static void test_dense_threads_for_work(void) {
+  const double mw = 1000.0;
+  check(kl_threads_for_work(4, 0, mw) == 1 && kl_threads_for_work(4, mw - 1, mw) == 1 &&
+            kl_threads_for_work(4, mw, mw) == 1 && kl_threads_for_work(4, 2 * mw, mw) == 2 &&
+            kl_threads_for_work(4, 3.5 * mw, mw) == 3 && kl_threads_for_work(4, 1e9, mw) == 4 &&
+            kl_threads_for_work(1, 1e9, mw) == 1 && kl_threads_for_work(4, NAN, mw) == 1,
+        "[threads] kl_threads_for_work: one thread per min_work, 1 .. nth");
+  const int64_t M = 256, N = 160, K = 255; /* M N (K + 1) = 2.5 KL_DENSE_MIN_MACS */
+  float* A = malloc(sizeof(float) * (size_t)(M * K));
+  float* B = malloc(sizeof(float) * (size_t)(K * N));
+  float* C[3];
+  for (int i = 0; i < 3; i++) C[i] = malloc(sizeof(float) * (size_t)(M * N));
+  kl_status s = KL_ERR_NOMEM;
+  int last[3] = {0, 0, 0}, same = 1;
+  if (A && B && C[0] && C[1] && C[2]) {
+    uint32_t st = 5;
+    for (int64_t i = 0; i < M * K; i++) A[i] = frand(&st);
+    for (int64_t i = 0; i < K * N; i++) B[i] = frand(&st);
+    const int threads[3] = {1, 2, 4};
+    s = KL_OK;
+    for (int t = 0; t < 3 && s == KL_OK; t++) {
+      kl_matmul_args a;
+      memset(&a, 0, sizeof(a));
+      a.batch = 1, a.M = M, a.N = N, a.K = K;
+      a.a = A, a.lda = K, a.b = B, a.ldb = N, a.c = C[t], a.ldc = N;
+      a.num_threads = threads[t];
+      s = kl_f32_matmul(&a);
+      last[t] = kl_pool_last_threads();
+      if (t) same &= !memcmp(C[0], C[t], sizeof(float) * (size_t)(M * N));
+    }
+    /* 40000 elements, fewer than KL_DENSE_MIN_SOFTMAX: no parallel job */
+    if (s == KL_OK) s = kl_f32_softmax(40, 1000, A, C[1], 4);
+  }
+  check(s == KL_OK && same && last[2] == 2 && kl_pool_last_threads() == 2,
+        "[dense] matmul of 2.5 KL_DENSE_MIN_MACS: %s, 2 of 4 threads (%d), bits equal at 1/2/4 "
+        "threads; a small softmax on the caller alone (last job %d threads)",
+        kl_status_str(s), last[2], kl_pool_last_threads());
+  free(A);
+  free(B);
+  for (int i = 0; i < 3; i++) free(C[i]);
+}
+
 static void test_dense_attention(void) {
-  const int64_t B = 2, H = 3, L = 150, S = 77, D = 9, HD = H * D;
+  const int64_t B = 2, H = 3, L = 600, S = 300, D = 9, HD = H * D;
   float* q = malloc(sizeof(float) * (size_t)(B * L * HD));
   float* kv = malloc(sizeof(float) * (size_t)(B * S * HD));
   float* mask = malloc(sizeof(float) * (size_t)(L * S));
@@ -2092,10 +2282,12 @@ static void test_dense_attention(void) {
         }
       }
   const size_t n = sizeof(float) * (size_t)(B * L * HD);
-  check(s == KL_OK && err < 2e-5 && zeros && !memcmp(o[0], o[1], n) && !memcmp(o[0], o[2], n),
-        "[dense] attention B2 H3 L150 S77 D9, [B, L, H, D], masked row: %s, max abs err %.2g, "
-        "masked row zeros %d, threads 1/2/3 bitwise equal",
-        kl_status_str(s), err, zeros);
+  const int last = kl_pool_last_threads(); /* 2 B H L S D multiply-adds: room for 3 threads */
+  check(s == KL_OK && err < 2e-5 && zeros && !memcmp(o[0], o[1], n) && !memcmp(o[0], o[2], n) &&
+            last == 3,
+        "[dense] attention B2 H3 L600 S300 D9, [B, L, H, D], masked row: %s, max abs err %.2g, "
+        "masked row zeros %d, threads 1/2/3 bitwise equal, the last on %d threads",
+        kl_status_str(s), err, zeros, last);
 done:
   free(q);
   free(kv);
@@ -2287,6 +2479,90 @@ static void test_random(void) {
   free(b);
 }
 
+/* ---- instance norm (src/ops/norm.c) ------------------------------------------ */
+/* Against a double reference; a constant row gives exactly the shift, a NaN only
+ * its own row; 1, 2 and 4 threads bitwise equal; bad arguments KL_ERR_ARG. */
+static void test_instance_norm(void) {
+  const int64_t N = 2, C = 5, L = 30011, rows = N * C;
+  float* x = xcalloc((size_t)(rows * L), sizeof(float));
+  float* y = xcalloc((size_t)(rows * L), sizeof(float));
+  float* z = xcalloc((size_t)(rows * L), sizeof(float));
+  float w[5], b[5], sc[10], sh[10];
+  uint64_t st = 12345;
+  for (int64_t i = 0; i < rows * L; i++) {
+    st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+    x[i] = (float)((double)(st >> 40) / (double)(1 << 24) * 4.0 + 1.0);
+  }
+  for (int c = 0; c < 5; c++) {
+    w[c] = 0.5f + 0.25f * (float)c;
+    b[c] = -0.3f * (float)c;
+  }
+  for (int r = 0; r < 10; r++) {
+    sc[r] = 1.0f + 0.1f * (float)r;
+    sh[r] = 0.05f * (float)r;
+  }
+  for (int64_t i = 0; i < L; i++) x[2 * L + i] = 3.7f; /* row 2 constant */
+  kl_instance_norm_args a;
+  memset(&a, 0, sizeof(a));
+  a.batch = N;
+  a.channels = C;
+  a.length = L;
+  a.x = x;
+  a.weight = w;
+  a.bias = b;
+  a.scale = sc;
+  a.shift = sh;
+  a.scale_per_batch = a.shift_per_batch = 1;
+  a.eps = 1e-5;
+  a.y = y;
+  a.num_threads = 1;
+  kl_status s = kl_f32_instance_norm(&a);
+  double err = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float* xr = x + r * L;
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < L; i++) m += xr[i];
+    m /= (double)L;
+    for (int64_t i = 0; i < L; i++) v += (xr[i] - m) * (xr[i] - m);
+    v /= (double)L;
+    for (int64_t i = 0; i < L; i++) {
+      const double want = sc[r] * ((xr[i] - m) / sqrt(v + 1e-5) * w[r % C] + b[r % C]) + sh[r];
+      const double e = fabs(y[r * L + i] - want);
+      if (!(e <= err)) err = e;
+    }
+  }
+  int constant_exact = 1;
+  for (int64_t i = 0; i < L; i++)
+    if (y[2 * L + i] != (float)((double)b[2] * sc[2] + sh[2])) constant_exact = 0;
+  int same = 1;
+  for (int nth = 2; nth <= 4; nth += 2) {
+    a.y = z;
+    a.num_threads = nth;
+    same = same && kl_f32_instance_norm(&a) == KL_OK &&
+           memcmp(y, z, (size_t)(rows * L) * sizeof(float)) == 0;
+  }
+  check(s == KL_OK && err < 2e-5 && constant_exact && same,
+        "[norm] instance norm + AdaIN 2x5x%lld: max abs err %.2g, constant row exact, threads 1/2/4 "
+        "bitwise equal",
+        (long long)L, err);
+  x[7 * L + 11] = NAN;
+  a.num_threads = 2;
+  s = kl_f32_instance_norm(&a);
+  int nan_ok = s == KL_OK;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < L; i += 997) nan_ok = nan_ok && (isnan(z[r * L + i]) == (r == 7));
+  check(nan_ok, "[norm] a NaN gives NaN in its own row only");
+  a.eps = -1;
+  kl_status bad1 = kl_f32_instance_norm(&a);
+  a.eps = 1e-5;
+  a.y = NULL;
+  kl_status bad2 = kl_f32_instance_norm(&a);
+  check(bad1 == KL_ERR_ARG && bad2 == KL_ERR_ARG, "[norm] eps < 0 or no output -> KL_ERR_ARG");
+  free(x);
+  free(y);
+  free(z);
+}
+
 int main(void) {
   const kl_isa best = kl_isa_detected();
   printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
@@ -2309,8 +2585,11 @@ int main(void) {
   test_dense_matmul_panels();
   test_dense_matmul_panels_aliased_rows();
   test_dense_conv1d_panels();
+  test_dense_conv_phases();
   test_dense_attention();
+  test_dense_threads_for_work();
   test_random();
+  test_instance_norm();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");
   if (forced && *forced)

@@ -20,6 +20,7 @@
 
 #include "kl_tvm.h"
 #include "kl_tvm_dense.h"
+#include "kl_tvm_norm.h"
 #include "kl_tvm_random.h"
 #include "kokoro_lstm.h"
 
@@ -204,6 +205,8 @@ static const kl_tvm_func FUNCS[] = {
     /* counter-based noise (kl_tvm_random.c) */
     {KL_TVM_RANDOM_NAME, kl_tvm_random},
     {KL_TVM_FRESH_SEED_NAME, kl_tvm_fresh_seed},
+    /* instance norm, safe on constant rows (kl_tvm_norm.c) */
+    {KL_TVM_INSTANCE_NORM_NAME, kl_tvm_instance_norm},
 };
 
 /* What tvm-ffi calls: the function (self) with this thread's parallel work on

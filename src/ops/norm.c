@@ -1,0 +1,100 @@
+/* Instance normalization (see norm.h): per row, the mean and the centered variance
+ * in double (KL_NORM_LANES independent sums, combined in a fixed order), then
+ * y = (x - mean) * a + c in float with a and c folded from the statistics and the
+ * affine and AdaIN parameters. */
+#include "norm.h"
+
+#include <math.h>
+#include <stdatomic.h>
+
+#include "internal.h"
+#include "threads.h"
+
+/* Independent partial sums per row (a fixed tree whatever the ISA or thread count).
+ * A call of fewer than KL_NORM_SERIAL elements runs on the calling thread alone:
+ * waking a second thread costs about what it saves there. */
+#define KL_NORM_LANES 8
+#define KL_NORM_SERIAL (1 << 18)
+
+static double row_sum(const float* x, int64_t n) {
+  double acc[KL_NORM_LANES] = {0};
+  int64_t i = 0;
+  for (; i + KL_NORM_LANES <= n; i += KL_NORM_LANES)
+    for (int j = 0; j < KL_NORM_LANES; j++) acc[j] += (double)x[i + j];
+  for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i];
+  double s = 0;
+  for (int j = 0; j < KL_NORM_LANES; j++) s += acc[j];
+  return s;
+}
+
+static double row_sq_dev(const float* x, int64_t n, double mean) {
+  double acc[KL_NORM_LANES] = {0};
+  int64_t i = 0;
+  for (; i + KL_NORM_LANES <= n; i += KL_NORM_LANES)
+    for (int j = 0; j < KL_NORM_LANES; j++) {
+      const double d = (double)x[i + j] - mean;
+      acc[j] += d * d;
+    }
+  for (int j = 0; i < n; i++, j++) {
+    const double d = (double)x[i] - mean;
+    acc[j] += d * d;
+  }
+  double s = 0;
+  for (int j = 0; j < KL_NORM_LANES; j++) s += acc[j];
+  return s;
+}
+
+static void norm_row(const kl_instance_norm_args* a, int64_t r) {
+  const int64_t c = r % a->channels, L = a->length;
+  const float* x = a->x + r * L;
+  float* y = a->y + r * L;
+  const double mean = row_sum(x, L) / (double)L;
+  const double var = row_sq_dev(x, L, mean) / (double)L;
+  const double rstd = 1.0 / sqrt(var + a->eps);
+  const double w = a->weight ? a->weight[c] : 1.0, b = a->bias ? a->bias[c] : 0.0;
+  const double s = a->scale ? a->scale[a->scale_per_batch ? r : c] : 1.0;
+  const double t = a->shift ? a->shift[a->shift_per_batch ? r : c] : 0.0;
+  const float m = (float)mean, k = (float)(rstd * w * s), off = (float)(b * s + t);
+  for (int64_t i = 0; i < L; i++) y[i] = (x[i] - m) * k + off;
+}
+
+typedef struct norm_job {
+  const kl_instance_norm_args* a;
+  int64_t rows;
+  atomic_llong next;
+} norm_job;
+
+static void norm_task(void* ctx, int ith, int nth) {
+  (void)ith;
+  (void)nth;
+  norm_job* j = ctx;
+  for (;;) {
+    const int64_t r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (r >= j->rows) return;
+    norm_row(j->a, r);
+  }
+}
+
+kl_status kl_f32_instance_norm(const kl_instance_norm_args* a) {
+  if (!a || a->batch < 0 || a->channels < 0 || a->length < 0 || !(a->eps >= 0) || a->num_threads < 0) {
+    kl_set_error("instance_norm: need batch, channels, length, num_threads >= 0 and eps >= 0");
+    return KL_ERR_ARG;
+  }
+  const int64_t rows = a->batch * a->channels;
+  if (rows == 0 || a->length == 0) return KL_OK;
+  if (!a->x || !a->y) {
+    kl_set_error("instance_norm: x and y are required");
+    return KL_ERR_ARG;
+  }
+  int nth = (double)rows * (double)a->length < KL_NORM_SERIAL ? 1 : kl_threads_resolve(a->num_threads);
+  if (nth > rows) nth = (int)rows;
+  if (nth <= 1) {
+    for (int64_t r = 0; r < rows; r++) norm_row(a, r);
+    return KL_OK;
+  }
+  norm_job j;
+  j.a = a;
+  j.rows = rows;
+  atomic_init(&j.next, 0);
+  return kl_pool_run(nth, norm_task, &j);
+}

@@ -1,0 +1,128 @@
+/* tvm-ffi glue of instance normalization (src/ops/norm.h), destination-passing like
+ * the dense externs.
+ *
+ * kokoro_lstm.instance_norm_v1(cfg, x [N, C, *], [weight [C]], [bias [C]], [scale], [shift], y)
+ *   cfg = (abi, has_weight, has_bias, has_scale, has_shift, eps_bits, num_threads);
+ *   eps_bits: the float64 epsilon's bits; num_threads 0: the process default.
+ *   y = scale * instance_norm(x) + shift per (n, c) (Kokoro's AdaIN1d); scale and
+ *   shift hold C values (shared by the batch: [C, 1], [1, C, 1]) or N * C ([N, C, 1]).
+ *   Every tensor float32, CPU and compact; y like x (may alias it). */
+#include <stdio.h>
+#include <string.h>
+
+#include "kl_tvm_dense.h"
+#include "kl_tvm_norm.h"
+#include "norm.h"
+
+static int errf(const char* kind, const char* what) {
+  char msg[400];
+  snprintf(msg, sizeof(msg), "%s: %s", KL_TVM_INSTANCE_NORM_NAME, what);
+  return kl_tvm_raise(kind, msg);
+}
+
+/* A compact float32 CPU tensor argument; its shape into t, element count into *n. */
+static int get_f32(const TVMFFIAny* arg, const char* name, const DLTensor** out, int64_t* n) {
+  char what[200];
+  const DLTensor* t = NULL;
+  if (arg->type_index == kTVMFFIDLTensorPtr) t = (const DLTensor*)arg->v_ptr;
+  else if (arg->type_index == kTVMFFITensor)
+    t = (const DLTensor*)((const char*)arg->v_obj + sizeof(TVMFFIObject));
+  if (!t) {
+    snprintf(what, sizeof(what), "%s must be a tensor (type index %d)", name, (int)arg->type_index);
+    return errf("TypeError", what);
+  }
+  if (t->device.device_type != kDLCPU) {
+    snprintf(what, sizeof(what), "%s must be a CPU tensor", name);
+    return errf("ValueError", what);
+  }
+  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {
+    snprintf(what, sizeof(what), "%s must be float32", name);
+    return errf("TypeError", what);
+  }
+  int64_t count = 1, st = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->strides && t->shape[i] != 1 && t->strides[i] != st) {
+      snprintf(what, sizeof(what), "%s must be compact", name);
+      return errf("ValueError", what);
+    }
+    st *= t->shape[i];
+    count *= t->shape[i];
+  }
+  *out = t;
+  *n = count;
+  return 0;
+}
+
+static const float* data_of(const DLTensor* t) {
+  return (const float*)((const char*)t->data + t->byte_offset);
+}
+
+int kl_tvm_instance_norm(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  char what[300];
+  result->type_index = kTVMFFINone;
+  const TVMFFIShapeCell* cell = nargs >= 1 && args[0].type_index == kTVMFFIShape
+      ? (const TVMFFIShapeCell*)((const char*)args[0].v_obj + sizeof(TVMFFIObject)) : NULL;
+  if (!cell) return errf("TypeError", "the first argument must be the config shape");
+  if (cell->size != KL_INSTANCE_NORM_CFG_N || cell->data[0] != KL_TVM_DENSE_ABI) {
+    snprintf(what, sizeof(what),
+             "the module was compiled for calling convention %lld with %zu config values; this "
+             "engine implements v%d with %d: recompile the module",
+             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_DENSE_ABI,
+             KL_INSTANCE_NORM_CFG_N);
+    return errf("RuntimeError", what);
+  }
+  const int64_t* cfg = cell->data;
+  for (int i = KL_INSTANCE_NORM_CFG_HAS_WEIGHT; i <= KL_INSTANCE_NORM_CFG_HAS_SHIFT; i++)
+    if (cfg[i] != 0 && cfg[i] != 1) return errf("ValueError", "config flags must be 0 or 1");
+  const int64_t nth = cfg[KL_INSTANCE_NORM_CFG_NUM_THREADS];
+  if (nth < 0 || nth > INT32_MAX) return errf("ValueError", "num_threads must be in 0..INT32_MAX");
+  double eps;
+  memcpy(&eps, &cfg[KL_INSTANCE_NORM_CFG_EPS_BITS], sizeof(eps));
+  if (!(eps >= 0)) return errf("ValueError", "eps must be >= 0");
+  const int hw = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_WEIGHT], hb = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_BIAS];
+  const int hs = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_SCALE], ht = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_SHIFT];
+  const int want = 3 + hw + hb + hs + ht;
+  if (nargs != want) {
+    snprintf(what, sizeof(what), "expected %d arguments for this config, got %d", want, (int)nargs);
+    return errf("TypeError", what);
+  }
+  const DLTensor *x, *y, *t;
+  int64_t nx, ny, nt;
+  int k = 1;
+  if (get_f32(&args[k++], "x", &x, &nx)) return -1;
+  if (x->ndim < 3) return errf("ValueError", "x must be [N, C, ...] (3 or more dimensions)");
+  kl_instance_norm_args a;
+  memset(&a, 0, sizeof(a));
+  a.batch = x->shape[0];
+  a.channels = x->shape[1];
+  a.length = a.batch > 0 && a.channels > 0 ? nx / (a.batch * a.channels) : 0;
+  a.x = data_of(x);
+  a.eps = eps;
+  a.num_threads = (int)nth;
+  const char* names[4] = {"weight", "bias", "scale", "shift"};
+  const int has[4] = {hw, hb, hs, ht};
+  const float** dst[4] = {&a.weight, &a.bias, &a.scale, &a.shift};
+  int* per_batch[4] = {NULL, NULL, &a.scale_per_batch, &a.shift_per_batch};
+  for (int i = 0; i < 4; i++) {
+    if (!has[i]) continue;
+    if (get_f32(&args[k++], names[i], &t, &nt)) return -1;
+    const int batched = per_batch[i] && nt == a.batch * a.channels && a.batch != 1;
+    if (nt != a.channels && !batched) {
+      snprintf(what, sizeof(what), "%s must hold C = %lld values%s, got %lld", names[i],
+               (long long)a.channels, per_batch[i] ? " or N * C" : "", (long long)nt);
+      return errf("ValueError", what);
+    }
+    *dst[i] = data_of(t);
+    if (per_batch[i]) *per_batch[i] = batched;
+  }
+  if (get_f32(&args[k++], "y", &y, &ny)) return -1;
+  if (y->ndim != x->ndim || ny != nx || memcmp(y->shape, x->shape, (size_t)x->ndim * sizeof(int64_t)))
+    return errf("ValueError", "y must have x's shape");
+  a.y = (float*)data_of(y);
+  const kl_status s = kl_f32_instance_norm(&a);
+  if (s != KL_OK)
+    return errf(s == KL_ERR_NOMEM ? "MemoryError" : s == KL_ERR_ARG ? "ValueError" : "RuntimeError",
+                kl_status_str(s));
+  return 0;
+}
