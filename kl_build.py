@@ -104,7 +104,8 @@ def engine_sources(arch):
                                                               "src/ops/*.c", "src/cuda/*.c")
                    for p in glob.glob(os.path.join(ROOT, pattern)))
     sources = [s for s in found if not s.endswith(other)] + ["src/tvm/kl_tvm_ffi.c",
-                                                             "src/tvm/kl_tvm_dense.c"]
+                                                             "src/tvm/kl_tvm_dense.c",
+                                                             "src/tvm/kl_tvm_random.c"]
     if not any(s.endswith("-scalar.c") for s in sources):
         raise SystemExit("kernel sources missing")
     return sources

@@ -82,6 +82,8 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "ExportPackedSequence",
+    "random_uniform",
+    "random_normal",
 ]
 
 # The real functions, captured before any exportable_packing() patches them.
@@ -843,3 +845,53 @@ def unpatch_lstm_modules(model: nn.Module) -> nn.Module:
         if orig is not None:
             m.__class__ = orig
     return model
+
+
+# --------------------------------------------------------------------------------------
+# Counter-based noise (kokoro_lstm.noise): the engine's Philox draws as ops
+# --------------------------------------------------------------------------------------
+_RANDOM_OPS = {"random_uniform": 0, "random_normal": 1}  # name -> dist (src/ops/random.h)
+_RANDOM_SCHEMA = "(Tensor seed, SymInt[] shape, int stream) -> Tensor"
+
+
+def _random_check(name, seed, shape, stream, real=True):
+    p = f"kokoro::{name}: "
+    _check(seed.dtype == torch.int64 and seed.dim() == 1 and seed.shape[0] == 1,
+           lambda: p + f"seed must be an int64 tensor of shape [1], got {seed.dtype} "
+                       f"{tuple(seed.shape)}")
+    _check(seed.device.type == "cpu" or not real,
+           lambda: p + f"seed must be on the CPU, got {seed.device}")
+    _check(stream >= 0, lambda: p + f"stream must be >= 0, got {stream}")
+    for d in shape:
+        _check(d >= 0, lambda: p + f"shape must not be negative, got {list(shape)}")
+
+
+def _make_random(name, dist):
+    def cpu(seed, shape, stream):
+        _random_check(name, seed, shape, stream)
+        out = torch.empty(list(shape), dtype=torch.float32)
+        kokoro_lstm._core.random_fill(dist, int(seed[0]), stream, out.numpy())
+        return out
+
+    def fake(seed, shape, stream):
+        _random_check(name, seed, shape, stream, real=False)
+        return seed.new_empty(list(shape), dtype=torch.float32)
+    cpu.__name__, fake.__name__ = f"{name}_cpu", f"{name}_fake"
+    return cpu, fake
+
+
+def _register_random():
+    for name, dist in _RANDOM_OPS.items():
+        _lib.define(name + _RANDOM_SCHEMA)
+        cpu, fake = _make_random(name, dist)
+        _lib.impl(name, cpu, "CPU")
+        torch.library.register_fake(f"kokoro::{name}", fake, lib=_lib)
+
+
+_register_random()
+
+#: kokoro::random_uniform(seed int64 [1], shape, stream) -> float32 [*shape] in [0, 1) and
+#: kokoro::random_normal(...) -> standard normal: element i depends only on (seed, stream, i)
+#: (kokoro_lstm.noise; TVM lowers both to the engine's kokoro_lstm.random_v1).
+random_uniform = torch.ops.kokoro.random_uniform.default
+random_normal = torch.ops.kokoro.random_normal.default

@@ -248,38 +248,58 @@ def test_conv1d_shape_error():
         _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), _t(y))
 
 
-def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None):
+def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None, stride=1, dil=1):
     """conv1d_v1 with w packed in panels over (tap, channel) (config value w_panels = 1)."""
     P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy())) if packed is None else packed
-    cfg = _cfg(_dense.Conv1dConfig(pad_l=pad[0], pad_r=pad[1], has_bias=int(bias is not None),
-                                   num_threads=nth, w_panels=1))
+    cfg = _cfg(_dense.Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[1], dilation=dil,
+                                   has_bias=int(bias is not None), num_threads=nth, w_panels=1))
     cout = y.shape[1]
     _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(P), *([_t(bias.view(1, cout, 1))] if bias is not None else []),
                             _t(y))
 
 
-@pytest.mark.parametrize("cin,cout,k,pad,w", [
-    (16, 9, 3, (1, 1), 21),
-    (12, 40, 5, (2, 2), 17),      # a partial second panel
-    (70, 33, 5, (6, 3), 30),      # K = 350 over two K blocks; windows of padding only
-    (4, 6, 3, (0, 0), 3),         # one output step
-    (8, 5, 2, (0, 1), 300),       # an even kernel; 300 steps: two row blocks
+@pytest.mark.parametrize("cin,cout,k,pad,w,stride,dil", [
+    (16, 9, 3, (1, 1), 21, 1, 1),
+    (12, 40, 5, (2, 2), 17, 1, 1),      # a partial second panel
+    (70, 33, 5, (6, 3), 30, 1, 1),      # K = 350 over two K blocks; windows of padding only
+    (4, 6, 3, (0, 0), 3, 1, 1),         # one output step
+    (8, 5, 2, (0, 1), 300, 1, 1),       # an even kernel; 300 steps: two row blocks
+    (22, 40, 12, (3, 3), 61, 6, 1),     # Kokoro's noise_convs[0], short: strided
+    (1, 1, 3, (1, 1), 16, 2, 1),        # F0_conv / N_conv
+    (3, 7, 4, (0, 0), 30, 5, 1),        # stride > kernel: input steps skipped
+    (16, 9, 3, (3, 3), 40, 1, 3),       # Kokoro's resblock convs, short: dilated, 'same'
+    (10, 33, 11, (25, 25), 260, 1, 5),  # dilation 5 over 11 taps, two row blocks per phase
+    (6, 5, 3, (0, 2), 9, 1, 4),         # fewer outputs than phases
 ])
 @pytest.mark.parametrize("bias", [False, True])
-def test_conv1d_panels_against_torch(cin, cout, k, pad, w, bias):
+def test_conv1d_panels_against_torch(cin, cout, k, pad, w, stride, dil, bias):
     g = torch.Generator().manual_seed(6)
     x = torch.randn(2, cin, w, generator=g)
     wt = torch.randn(cout, cin, k, generator=g)
     b = torch.randn(cout, generator=g) if bias else None
     want = torch.nn.functional.conv1d(torch.nn.functional.pad(x.double(), pad), wt.double(),
-                                      b.double() if bias else None).numpy()
+                                      b.double() if bias else None, stride=stride,
+                                      dilation=dil).numpy()
     ys = []
     for nth in (1, 2, 3):
         y = torch.full(want.shape, float("nan"))
-        _conv_panels(x, wt, y, pad, bias=b, nth=nth)
+        _conv_panels(x, wt, y, pad, bias=b, nth=nth, stride=stride, dil=dil)
         _close(y.numpy(), want)
         ys.append(y.numpy())
     assert all(np.array_equal(ys[0], o) for o in ys[1:])   # any thread count, same bits
+
+
+@pytest.mark.parametrize("stride,dil", [(1, 3), (3, 1)])
+def test_conv1d_panels_nan_confined(stride, dil):
+    """NaN in x reaches exactly the outputs torch's reach, strided or dilated."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(1, 5, 50, generator=g)
+    x[0, 2, 20] = float("nan")
+    wt = torch.randn(4, 5, 3, generator=g)
+    want = torch.nn.functional.conv1d(x, wt, stride=stride, padding=2, dilation=dil)
+    y = torch.empty_like(want)
+    _conv_panels(x, wt, y, (2, 2), stride=stride, dil=dil)
+    assert torch.isnan(y).any() and torch.equal(torch.isnan(y), torch.isnan(want))
 
 
 def test_conv1d_panels_errors():
@@ -287,8 +307,9 @@ def test_conv1d_panels_errors():
     y = torch.empty(1, 3, 10)
     P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy()))
     f = _fn(_dense.CONV1D_FUNC)
-    with pytest.raises(ValueError, match="stride 1 and dilation 1"):
-        f(_cfg(_dense.Conv1dConfig(stride=2, pad_l=1, pad_r=1, w_panels=1)), _t(x), _t(P), _t(torch.empty(1, 3, 5)))
+    with pytest.raises(ValueError, match="stride 1 or dilation 1"):
+        f(_cfg(_dense.Conv1dConfig(stride=2, pad_l=2, pad_r=2, dilation=2, w_panels=1)), _t(x), _t(P),
+          _t(torch.empty(1, 3, 5)))
     with pytest.raises(ValueError, match=r"w packed in panels must be \[1, ksize \* 4, 32\]"):
         _conv_panels(x, wt, y, (1, 1), packed=torch.ones(1, 13, 32))   # 13 is no multiple of 4
     with pytest.raises(ValueError, match="w packed in panels must be"):
@@ -329,6 +350,83 @@ def test_conv1d_transpose_dw_against_torch(k, stride, pad, out_pad):
     _close(y.numpy(), want)
 
 
+def _conv_transpose(x, w, y, stride, pad, dil, bias=None, nth=0, panels=True, packed=None):
+    """conv1d_transpose_v1 (groups 1), w packed by phase (w_panels = 1) or raw IOW."""
+    if panels:
+        P = (torch.from_numpy(_dense.pack_conv_transpose_panels(w.numpy(), stride, dil))
+             if packed is None else packed)
+    cfg = _cfg(_dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=w.shape[2],
+                                            has_bias=int(bias is not None), num_threads=nth,
+                                            w_panels=int(panels)))
+    _fn(_dense.CONV1D_TRANSPOSE_FUNC)(cfg, _t(x), _t(P if panels else w),
+                                      *([_t(bias)] if bias is not None else []), _t(y))
+
+
+@pytest.mark.parametrize("batch,cin,cout,k,stride,pad,out_pad,dil,w", [
+    (1, 512, 256, 20, 10, 5, 0, 1, 9),     # Kokoro's generator.ups[0], short
+    (1, 256, 128, 12, 6, 3, 0, 1, 30),     # generator.ups[1], short
+    (2, 5, 7, 4, 2, 1, 1, 1, 9),           # batch, output padding
+    (1, 3, 40, 3, 5, 0, 2, 1, 6),          # stride > kernel: phases without taps; partial panel
+    (2, 8, 33, 7, 6, 4, 1, 2, 10),         # dilation dividing stride
+    (1, 6, 5, 5, 3, 7, 0, 3, 8),           # padding > kernel, dilation == stride
+    (1, 70, 9, 9, 1, 4, 0, 1, 40),         # stride 1: one phase, K = 630 over three K blocks
+    (1, 22, 1, 20, 5, 0, 0, 1, 13),        # an iSTFT-like overlap-add to one channel
+    (3, 4, 6, 1, 1, 0, 0, 1, 1),           # one tap, one step
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv1d_transpose_against_torch(batch, cin, cout, k, stride, pad, out_pad, dil, w, bias):
+    """ConvTranspose1d with groups 1, weights packed by phase or raw; any thread
+    count gives the same bits."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(batch, cin, w, generator=g)
+    wt = torch.randn(cin, cout, k, generator=g)
+    b = torch.randn(cout, generator=g) if bias else None
+    want = torch.nn.functional.conv_transpose1d(
+        x.double(), wt.double(), b.double() if bias else None, stride=stride, padding=pad,
+        output_padding=out_pad, dilation=dil).numpy()
+    ys = []
+    for panels, nth in ((True, 1), (True, 2), (True, 3), (False, 2)):
+        y = torch.full(want.shape, float("nan"))
+        _conv_transpose(x, wt, y, stride, pad, dil, bias=b, nth=nth, panels=panels)
+        _close(y.numpy(), want)
+        ys.append(y.numpy())
+    assert all(np.array_equal(ys[0], o) for o in ys[1:])
+
+
+def test_conv1d_transpose_nan_and_inf_propagate_as_torch():
+    """NaN or inf in x reaches exactly the outputs torch's reach (no zero weight
+    multiplies them: stride > kernel leaves phases without taps)."""
+    g = torch.Generator().manual_seed(12)
+    for k, stride, dil in ((3, 2, 1), (2, 5, 1), (3, 4, 2)):
+        x = torch.randn(1, 3, 12, generator=g)
+        x[0, 1, 4] = float("nan")
+        x[0, 2, 7] = float("inf")
+        wt = torch.rand(3, 4, k, generator=g) + 0.5   # positive: inf stays inf
+        want = torch.nn.functional.conv_transpose1d(x, wt, stride=stride, padding=1, dilation=dil)
+        y = torch.empty_like(want)
+        _conv_transpose(x, wt, y, stride, 1, dil)
+        assert torch.equal(torch.isnan(y), torch.isnan(want)) and torch.isnan(y).any()
+        assert torch.equal(torch.isinf(y), torch.isinf(want))
+
+
+def test_conv1d_transpose_errors():
+    x, wt = torch.randn(1, 4, 10), torch.randn(4, 3, 5)
+    y = torch.empty(1, 3, 21)
+    f = _fn(_dense.CONV1D_TRANSPOSE_FUNC)
+    with pytest.raises(ValueError, match="dilation not a divisor of stride"):
+        f(_cfg(_dense.Conv1dTransposeConfig(stride=2, dilation=3, ksize=5)), _t(x), _t(wt), _t(y))
+    with pytest.raises(ValueError, match=r"w packed by phase must be \[1, 20, 32\]"):
+        _conv_transpose(x, wt, y, 2, 1, 1, packed=torch.ones(1, 16, 32))
+    with pytest.raises(ValueError, match="shapes do not match"):
+        _conv_transpose(x, torch.randn(3, 3, 5), y, 2, 1, 1, panels=False)
+    with pytest.raises(ValueError, match="unknown w layout"):
+        f(_cfg(_dense.Conv1dTransposeConfig(stride=2, ksize=5, w_panels=3)), _t(x), _t(wt), _t(y))
+    with pytest.raises(ValueError, match="bias must have one value"):
+        _conv_transpose(x, wt, y, 2, 1, 1, bias=torch.randn(4))
+    with pytest.raises(ValueError, match="does not divide"):
+        _dense.pack_conv_transpose_panels(wt.numpy(), 2, 3)
+
+
 # ----------------------------------------------------------------------------------
 # the Relax rewrite, end to end through tvm.compile
 # ----------------------------------------------------------------------------------
@@ -358,6 +456,7 @@ def test_rewrite_linear_attention_and_conv():
     Wc = rng.standard_normal((6, 4, 5)).astype("float32")
     bc = rng.standard_normal((1, 6, 1)).astype("float32")
     Wt = rng.standard_normal((6, 1, 3)).astype("float32")
+    Wg = rng.standard_normal((6, 3, 4)).astype("float32")
 
     def make(bb):
         x = relax.Var("x", relax.TensorType((1, 7, 10), "float32"))
@@ -381,7 +480,10 @@ def test_rewrite_linear_attention_and_conv():
                 u = bb.emit(relax.op.nn.conv1d_transpose(c, relax.const(Wt), strides=[2],
                                                          padding=[1, 1], output_padding=[1],
                                                          groups=6))  # [1, 6, 18]
+                v = bb.emit(relax.op.nn.conv1d_transpose(c, relax.const(Wg), strides=[3],
+                                                         padding=[1, 1]))  # groups 1: [1, 3, 26]
                 r = bb.emit(relax.op.add(relax.op.sum(o), relax.op.sum(u)))
+                r = bb.emit(relax.op.add(r, relax.op.sum(v)))
                 r = bb.emit(relax.op.add(r, relax.op.sum(s2)))
                 out = bb.emit_output(relax.op.reshape(r, (1,)))
             bb.emit_func_output(out)
@@ -394,6 +496,7 @@ def test_rewrite_linear_attention_and_conv():
     assert counts["matmul"] == 2 and counts["bias_fused"] == 2
     assert counts["conv1d_transpose_dw"] == 1 and counts["attention"] == 1
     assert counts["conv1d_panels"] == 1  # its constant weight packed in panels
+    assert counts["conv1d_transpose_panels"] == 1
     text = ex.as_text()  # the compiled VM calls every extern by name
     assert all(name in text for name in _dense.CONFIGS), text
     assert counts["softmax"] == 1
@@ -436,8 +539,9 @@ def test_rewrite_packs_constant_weights_once():
 def test_rewrite_convs_on_panels_weight_norm_folded():
     """A conv whose weight is computed from constants (weight norm, as torch.export
     keeps it) gets that weight evaluated at compile time and packed in panels, its
-    computation dropped; a conv on a computed weight, a strided one and a 1-tap one
-    stay on im2col + OpenBLAS. Results as TVM's own lowering."""
+    computation dropped, as do a strided and a dilated one; a conv on a computed
+    weight, one both strided and dilated and a 1-tap one stay on im2col + OpenBLAS.
+    Results as TVM's own lowering."""
     rng = np.random.default_rng(9)
     v = rng.standard_normal((8, 6, 3)).astype("float32")
     gain = rng.standard_normal((8, 1, 1)).astype("float32")
@@ -457,15 +561,18 @@ def test_rewrite_convs_on_panels_weight_norm_folded():
                 c = bb.emit(relax.op.nn.conv1d(x, w, padding=[1, 1]))              # panels
                 c = bb.emit(relax.op.add(c, relax.const(bc)))                       # bias fused
                 c = bb.emit(relax.op.nn.conv1d(c, wp, padding=[2, 2]))             # computed w
-                c = bb.emit(relax.op.nn.conv1d(c, relax.const(w3), strides=[2]))   # strided
+                c3 = relax.const(w3)
+                c = bb.emit(relax.op.nn.conv1d(c, c3, strides=[2]))                # strided
+                c = bb.emit(relax.op.nn.conv1d(c, c3, dilation=[3], padding=[3, 3]))  # dilated
+                c = bb.emit(relax.op.nn.conv1d(c, c3, strides=[2], dilation=[2]))  # both: BLAS
                 c = bb.emit(relax.op.nn.conv1d(c, relax.const(w1)))                # 1 tap
                 out = bb.emit_output(c)
             bb.emit_func_output(out)
 
     mod = _build(make)
     rewritten, counts = kt.rewrite_dense(mod)
-    assert counts["conv1d"] == 4 and counts["conv1d_panels"] == 1 and counts["bias_fused"] == 1
-    assert counts["panels_packed"] == 1
+    assert counts["conv1d"] == 6 and counts["conv1d_panels"] == 3 and counts["bias_fused"] == 1
+    assert counts["panels_packed"] == 2   # w3 once for its two convs on panels
     text = rewritten.script(show_meta=False)
     assert "R.sqrt" not in text and "R.divide" not in text   # the weight norm is gone
     inputs = [rng.standard_normal((1, 6, 20)).astype("float32"),
@@ -515,6 +622,74 @@ def test_rewrite_torch_sdpa_decomposition(masked):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     if masked:
         assert np.all(got[0, 4] == 0)
+
+
+def test_rewrite_torch_conv_transpose_weight_norm():
+    """torch.export of weight-normed ConvTranspose1d's (groups 1, as Kokoro's
+    generator.ups; with bias, output padding, stride > kernel, dilation) becomes
+    conv1d_transpose_v1 calls, weights folded and packed at compile time, biases
+    fused; a depthwise one stays on its own extern and a dilation that does not
+    divide the stride on TVM's loops."""
+    from torch.nn.utils import weight_norm
+
+    class Ups(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = weight_norm(torch.nn.ConvTranspose1d(12, 8, 20, 10, padding=5))
+            self.b = torch.nn.ConvTranspose1d(8, 6, 3, 5, padding=1, output_padding=2, bias=False)
+            self.c = torch.nn.ConvTranspose1d(6, 5, 3, 2, padding=2, dilation=2)
+            self.d = torch.nn.ConvTranspose1d(5, 5, 4, 2, padding=1, groups=5)
+            self.e = torch.nn.ConvTranspose1d(5, 3, 3, 2, dilation=3)
+
+        def forward(self, x):
+            return self.e(self.d(self.c(self.b(self.a(x)))))
+
+    torch.manual_seed(13)
+    model = Ups().eval()
+    x = torch.randn(1, 12, 7)
+    with torch.no_grad():
+        want = model(x).numpy()
+    mod = kt.from_exported_program(torch.export.export(model, (x,)))
+    mod, counts = _dense.rewrite_dense(mod)
+    assert counts.get("conv1d_transpose") == 3 and counts.get("conv1d_transpose_panels") == 3, counts
+    assert counts.get("conv1d_transpose_dw") == 1 and counts.get("bias_fused") == 2, counts
+    assert "R.sqrt" not in mod.script(show_meta=False)       # the weight norm is gone
+    ex = tvm.compile(kt.prepare(mod), target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_rewrite_kokoro_custom_stft_convs():
+    """Kokoro's CustomSTFT (KModel(disable_complex=True)), as its Generator uses it:
+    the forward transform's strided conv1d (1 -> 11 bins, 20 taps, hop 5) on
+    panels and the inverse's conv_transpose1d (11 bins -> 1, groups 1) on
+    conv1d_transpose_v1, on its DFT buffers (constants)."""
+    cs = require("kokoro.custom_stft")
+
+    class StftRoundTrip(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stft = cs.CustomSTFT(filter_length=20, hop_length=5, win_length=20)
+
+        def forward(self, x):
+            st = self.stft
+            real = torch.nn.functional.conv1d(x, st.weight_forward_real, stride=st.hop_length)
+            imag = torch.nn.functional.conv1d(x, st.weight_forward_imag, stride=st.hop_length)
+            return st.inverse(torch.sqrt(real * real + imag * imag + 1e-14), torch.atan2(imag, real))
+
+    torch.manual_seed(14)
+    model = StftRoundTrip().eval()
+    x = torch.randn(1, 1, 620)
+    with torch.no_grad():
+        want = model(x).numpy()
+    mod = kt.from_exported_program(torch.export.export(model, (x,)))
+    mod, counts = _dense.rewrite_dense(mod)
+    assert counts.get("conv1d_panels") == 2 and counts.get("conv1d_transpose_panels") == 2, counts
+    ex = tvm.compile(kt.prepare(mod), target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
 def test_rewrite_leaves_dynamic_and_non_float32_alone():

@@ -37,11 +37,12 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
-import traceback
-import warnings
 
+from ._common import (DEFAULT_TOL, _Parser, _Progress, _as_list, _check_target, _compare,
+                      _rename_main, _require_deps, _runtime_needs, _threads, _time_ms,
+                      _to_tvm, _versions, check_num_threads, check_thread_env, parse_target,
+                      run_guarded)
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
 
 __all__ = ["build_parser", "main", "run", "port", "format_table"]
@@ -49,23 +50,10 @@ __all__ = ["build_parser", "main", "run", "port", "format_table"]
 PROG = "kokoro-lstm port-encoder"
 LSTM_METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
 DENSE_METHODS = ("native", "tvm")
-DEFAULT_TOL = 1e-4
-
-# TVM's C++ log lines repeated hundreds of times per build (harmless here).
-_NOISE = ("Warning: Fast mode segfaults when there are out-of-bounds indices",
-          "Warning: Detected pow(x, y) where y >= 3")
-
 
 # ----------------------------------------------------------------------------------
 # Arguments
 # ----------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit 2), as for every other usage error."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--component", required=True, choices=COMPONENTS + ("all",),
                    help="component to compile (all: bert, duration, f0n, text_encoder)")
@@ -133,93 +121,6 @@ def build_parser(prog=PROG) -> argparse.ArgumentParser:
     return add_arguments(p)
 
 
-_LIST_ATTRS = ("mattr", "keys", "libs", "cl-opt")
-
-
-def parse_target(target) -> dict:
-    """An llvm target as TVM's dict form. Accepts "llvm", the old string form
-    ("llvm -mcpu=znver4 -mattr=+avx2,+fma -num-cores=4", which TVM >= 0.22 no longer
-    parses itself) and JSON ('{"kind": "llvm", "mcpu": "znver4"}'); UsageError for
-    anything else (metal-macos / metal-ios: macOS only)."""
-    import shlex
-
-    s = (target or "").strip()
-    if s.startswith("{"):
-        try:
-            spec = json.loads(s)
-        except ValueError as e:
-            raise UsageError(f"invalid target {target!r}: {e}") from None
-        if not isinstance(spec, dict):
-            raise UsageError(f"invalid target {target!r}: not a JSON object")
-        kind = str(spec.get("kind", ""))
-    else:
-        try:
-            tokens = shlex.split(s)
-        except ValueError as e:
-            raise UsageError(f"invalid target {target!r}: {e}") from None
-        kind = tokens[0] if tokens else ""
-        spec = {"kind": kind}
-        i = 1
-        while i < len(tokens):
-            tok = tokens[i]
-            if not tok.startswith("-") or tok.strip("-") == "":
-                raise UsageError(f"invalid target {target!r}: expected -key=value, got {tok!r}")
-            key, eq, value = tok.lstrip("-").partition("=")
-            if not eq:
-                if i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-                    value = tokens[i + 1]
-                    i += 1
-                else:
-                    value = "true"
-            i += 1
-            if key in _LIST_ATTRS:
-                spec[key] = [v for v in value.split(",") if v]
-            elif value.isdigit():
-                spec[key] = int(value)
-            elif value.lower() in ("true", "false"):
-                spec[key] = value.lower() == "true"
-            else:
-                spec[key] = value
-    if kind in ("metal-macos", "metal-ios", "metal"):
-        where = "this platform" if sys.platform != "darwin" else "kokoro-lstm"
-        raise UsageError(f"target '{kind}' needs macOS with Metal, which {where} does not "
-                         "support; use --target llvm (kokoro-tvm's port_encoder.py for Metal)")
-    if kind != "llvm":
-        raise UsageError(f"unsupported target kind '{kind or target}': use llvm or an llvm "
-                         "variant such as \"llvm -mcpu=znver4\"")
-    return spec
-
-
-def _check_target(target):
-    """(target dict, its canonical JSON) or UsageError."""
-    spec = parse_target(target)
-    try:
-        import tvm
-
-        with _quiet(False):
-            canonical = str(tvm.target.Target(spec))
-    except Exception as e:  # noqa: BLE001
-        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise UsageError(f"invalid target {target!r}: {msg}") from None
-    return spec, canonical
-
-
-def check_num_threads(n):
-    """--num-threads: None or 1..the engine's pool size (512); UsageError otherwise.
-    The count also sizes TVM's and PyTorch's pools, which would try to start that many
-    threads, so it is refused above the engine's own cap rather than capped."""
-    from .. import _threads as thread_rules
-
-    try:
-        thread_rules.check_count(n, "--num-threads")
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if n is not None and n > thread_rules.POOL_MAX:
-        raise UsageError(f"--num-threads must be at most {thread_rules.POOL_MAX} (the "
-                         f"kokoro_lstm engine's most threads), got {n}")
-    return n
-
-
 def _check_args(args):
     if args.seq_len < 1:
         raise UsageError(f"--seq-len must be positive, got {args.seq_len}")
@@ -227,14 +128,8 @@ def _check_args(args):
         raise UsageError(f"--bert-seq-len must be positive, got {args.bert_seq_len}")
     if args.aligned_len < 1:
         raise UsageError(f"--aligned-len must be positive, got {args.aligned_len}")
-    from .. import _threads as thread_rules  # (_threads below is the context manager)
-
     check_num_threads(args.num_threads)
-    for var in (thread_rules.ENV_NUM_THREADS, thread_rules.ENV_MAX_THREADS):
-        try:
-            thread_rules._env_count(var)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+    check_thread_env()
     if not args.tolerance > 0:
         raise UsageError(f"--tolerance must be positive, got {args.tolerance}")
     if args.checkpoint and args.no_weights:
@@ -248,91 +143,8 @@ def _check_args(args):
 
 
 # ----------------------------------------------------------------------------------
-# Progress and noise
-# ----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _quiet(verbose):
-    """Silence Python warnings and capture fd 2 (TVM's C++ log); replay what is not
-    known noise afterwards. Nothing is hidden with verbose=True."""
-    if verbose:
-        yield
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            sys.stderr.flush()
-            saved = os.dup(2)
-        except (OSError, ValueError, AttributeError):  # no real fd 2
-            yield
-            return
-        with tempfile.TemporaryFile(mode="w+b") as tmp:
-            os.dup2(tmp.fileno(), 2)
-            try:
-                yield
-            finally:
-                try:
-                    sys.stderr.flush()
-                except Exception:  # noqa: BLE001
-                    pass
-                os.dup2(saved, 2)
-                os.close(saved)
-                tmp.seek(0)
-                text = tmp.read().decode("utf-8", "replace")
-                lines = [ln for ln in text.splitlines()
-                         if ln.strip() and not any(n in ln for n in _NOISE)]
-                if lines:
-                    sys.stderr.write("\n".join(lines) + "\n")
-                    sys.stderr.flush()
-
-
-class _Progress:
-    """One stderr line per long step: "[component] step ... 2.1 s"."""
-
-    def __init__(self, verbose=False, stream=None):
-        self.verbose = verbose
-        self.stream = stream
-
-    def _out(self):
-        return self.stream or sys.stderr
-
-    def note(self, tag, text):
-        self._out().write(f"[{tag}] {text}\n")
-        self._out().flush()
-
-    @contextlib.contextmanager
-    def step(self, tag, name, times=None, key=None):
-        out = self._out()
-        out.write(f"[{tag}] {name} ...")
-        out.flush()
-        t0 = time.perf_counter()
-        ok = False
-        try:
-            with _quiet(self.verbose):
-                yield
-            ok = True
-        finally:
-            dt = time.perf_counter() - t0
-            out.write(f" {dt:.1f} s\n" if ok else f" failed after {dt:.1f} s\n")
-            out.flush()
-            if times is not None:
-                times[key or name] = round(dt, 3)
-
-
-# ----------------------------------------------------------------------------------
 # Pieces
 # ----------------------------------------------------------------------------------
-def _rename_main(mod, name):
-    import tvm
-
-    funcs = {}
-    for gv, func in mod.functions.items():
-        if gv.name_hint == "main":
-            funcs[tvm.ir.GlobalVar(name)] = func.with_attr("global_symbol", name)
-        else:
-            funcs[gv] = func
-    return tvm.IRModule(funcs, attrs=mod.attrs)
-
-
 def _lstm_op_counts(ep):
     counts = {}
     for n in ep.graph.nodes:
@@ -340,64 +152,6 @@ def _lstm_op_counts(ep):
         if n.op == "call_function" and "lstm" in t:
             counts[t] = counts.get(t, 0) + 1
     return counts
-
-
-def _to_tvm(arrays):
-    import tvm
-
-    return [tvm.runtime.tensor(a) for a in arrays]
-
-
-def _as_list(res):
-    try:
-        return [r.numpy() for r in res]
-    except TypeError:
-        return [res.numpy()]
-
-
-def _time_ms(fn, min_runs=3, max_runs=30, budget_s=0.5, warm_s=None):
-    """Median wall time of fn() in ms, after one warm-up call (``warm_s``: fn was just
-    called, taking that long; no warm-up then). A single timed call when one call
-    exceeds the budget."""
-    if warm_s is None:
-        t0 = time.perf_counter()
-        fn()
-        warm_s = time.perf_counter() - t0
-    if warm_s > budget_s:
-        t0 = time.perf_counter()
-        fn()
-        return round((time.perf_counter() - t0) * 1e3, 4)
-    times = []
-    t_end = time.perf_counter() + budget_s
-    while len(times) < min_runs or (len(times) < max_runs and time.perf_counter() < t_end):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return round(times[len(times) // 2], 4)
-
-
-def _compare(got, want):
-    """(max abs error, scaled error, NaN mismatches) of an output against PyTorch's.
-
-    NaN-aware: a position where one side is NaN and the other is not is a mismatch,
-    counted (and failing validation) rather than dropped by max(); NaN on both sides,
-    and equal infinities, agree. The errors are over the other positions, scaled by
-    max(1, max|want|) over want's finite values. Different shapes: (inf, inf, 0)."""
-    import numpy as np
-
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    if got.shape != want.shape:
-        return float("inf"), float("inf"), 0
-    g_nan, w_nan = np.isnan(got), np.isnan(want)
-    nan_mismatch = int(np.count_nonzero(g_nan != w_nan))
-    with np.errstate(invalid="ignore"):
-        diff = np.where((got == want) | g_nan | w_nan, 0.0, np.abs(got - want))
-    if not diff.size:
-        return 0.0, 0.0, nan_mismatch
-    e = float(diff.max())
-    finite = np.abs(want[np.isfinite(want)])
-    return e, e / max(1.0, float(finite.max()) if finite.size else 1.0), nan_mismatch
 
 
 def _spec(names, arrays):
@@ -653,33 +407,6 @@ def _port_method(comp, method, out_dir, opts, progress):
     return report
 
 
-def _runtime_needs(ex):
-    """What the exported library needs where it runs."""
-    import kokoro_lstm.tvm as kt
-
-    if not kt.uses_engine(ex):
-        return {"summary": "TVM runtime only (libtvm_runtime + libtvm_ffi)",
-                "engine_linked": False, "blas": None}
-    from kokoro_lstm import _build_config
-
-    return {"summary": "TVM runtime (libtvm_runtime + libtvm_ffi) and OpenBLAS; the kokoro_lstm "
-                       "engine is linked into the library (no Python, no kokoro_lstm install)",
-            "engine_linked": True, "blas": _build_config.BLAS,
-            "threads": "engine calls: the count compiled in (--num-threads), else "
-                       "KOKORO_LSTM_NUM_THREADS or the usable cores; TVM's own loops: "
-                       "TVM_NUM_THREADS"}
-
-
-def _versions():
-    import torch
-    import tvm
-
-    import kokoro_lstm
-
-    return {"kokoro_lstm": kokoro_lstm.__version__, "torch": torch.__version__,
-            "tvm": getattr(tvm, "__version__", "?")}
-
-
 def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
          semantics="packed", validate=False, checkpoint=None, no_weights=False,
          config=None, output_dir="tvm_output", num_threads=None, tolerance=DEFAULT_TOL,
@@ -705,69 +432,6 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
                      seed=seed, progress=progress, method_subdirs=method_subdirs,
                      bert_seq_len=bert_seq_len, dense_method=dense_method,
                      algebra_cuts=algebra_cuts, f0n_input=f0n_input)
-
-
-# module -> (what to call it, the extra that installs it)
-_DEPS = (("torch", "PyTorch", "torch"), ("tvm", "apache-tvm", "tvm"))
-
-
-def _require_deps():
-    """UsageError naming the package and the extra when torch or TVM cannot be
-    imported (instead of "invalid target 'llvm': No module named 'tvm'")."""
-    import importlib
-
-    for mod, dist, extra in _DEPS:
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            raise UsageError(f"{dist} is not installed (pip install 'kokoro_lstm[{extra}]', "
-                             f"or 'kokoro_lstm[cli]' for everything port-encoder uses): "
-                             f"{e}") from None
-        except Exception as e:  # noqa: BLE001 - e.g. a broken shared library
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UsageError(f"{dist} is installed but cannot be imported: {first}") from None
-
-
-_THREAD_VARS = ("TVM_NUM_THREADS", "KOKORO_LSTM_NUM_THREADS")
-
-
-@contextlib.contextmanager
-def _threads(n):
-    """--num-threads for TVM's thread pool, the kokoro_lstm engine and PyTorch; the
-    previous settings come back afterwards."""
-    if not n:
-        yield
-        return
-    saved_env = {v: os.environ.get(v) for v in _THREAD_VARS}
-    for v in _THREAD_VARS:
-        os.environ[v] = str(n)
-    import torch
-
-    saved_torch = torch.get_num_threads()
-    torch.set_num_threads(n)
-    config = None
-    try:
-        import tvm
-
-        config = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
-        if config is not None:
-            config(0, n)
-    except Exception:  # noqa: BLE001 - best effort: the env var applies to new pools
-        config = None
-    try:
-        yield
-    finally:
-        for v, val in saved_env.items():
-            if val is None:
-                os.environ.pop(v, None)
-            else:
-                os.environ[v] = val
-        torch.set_num_threads(saved_torch)
-        if config is not None:
-            try:
-                config(0, int(saved_env["TVM_NUM_THREADS"] or 0))
-            except Exception:  # noqa: BLE001
-                pass
 
 
 def resolve_bert_seq_len(cfg, bert_seq_len=None) -> int:
@@ -917,33 +581,22 @@ def format_table(reports) -> str:
 
 def run(args) -> int:
     """Run a parsed port-encoder namespace; returns the exit status."""
-    try:
+    def body():
         _check_args(args)
         components = list(COMPONENTS) if args.component == "all" else [args.component]
-        reports = port(components, [args.lstm_method], seq_len=args.seq_len,
-                       aligned_len=args.aligned_len, target=args.target,
-                       semantics=args.lstm_semantics, validate=args.validate,
-                       checkpoint=args.checkpoint, no_weights=args.no_weights,
-                       config=args.config, output_dir=args.output_dir,
-                       num_threads=args.num_threads, tolerance=args.tolerance,
-                       seed=args.seed, verbose=args.verbose,
-                       bert_seq_len=args.bert_seq_len, dense_method=args.dense_method,
-                       algebra_cuts=args.algebra_cuts, f0n_input=args.f0n_input)
-    except UsageError as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
-        return 130
-    except Exception as e:  # noqa: BLE001 - a failed step: say which, exit 1
-        if args.verbose:
-            traceback.print_exc()
-        else:
-            tb = traceback.format_exc().rstrip().splitlines()
-            sys.stderr.write("\n".join(tb[-12:]) + "\n")
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        sys.stderr.write(f"{PROG}: error: {type(e).__name__}: {first}\n")
-        return 1
+        return port(components, [args.lstm_method], seq_len=args.seq_len,
+                    aligned_len=args.aligned_len, target=args.target,
+                    semantics=args.lstm_semantics, validate=args.validate,
+                    checkpoint=args.checkpoint, no_weights=args.no_weights,
+                    config=args.config, output_dir=args.output_dir,
+                    num_threads=args.num_threads, tolerance=args.tolerance,
+                    seed=args.seed, verbose=args.verbose,
+                    bert_seq_len=args.bert_seq_len, dense_method=args.dense_method,
+                    algebra_cuts=args.algebra_cuts, f0n_input=args.f0n_input)
+
+    reports, rc = run_guarded(PROG, args.verbose, body)
+    if rc:
+        return rc
     print(format_table(reports))
     print(f"outputs in {os.path.abspath(args.output_dir)}")
     failed = [r for r in reports if r["validation"] and not r["validation"]["passed"]]

@@ -52,6 +52,11 @@ Dense ops (matmul, linear, conv1d, depthwise conv1d_transpose): :func:`rewrite_d
 replaces them by the engine's OpenBLAS externs (see :mod:`kokoro_lstm.tvm._dense`);
 ``kokoro-lstm port-encoder --dense-method native`` (the default) applies it.
 
+Noise: ``kokoro::random_uniform`` / ``random_normal`` (:mod:`kokoro_lstm.noise`) become
+calls of the engine's ``kokoro_lstm.random_v1`` (the same numbers as in PyTorch);
+:func:`with_fresh_seed` adds a function that draws a fresh seed per call (see
+:mod:`kokoro_lstm.tvm._noise`).
+
 TVM is imported lazily: ``import kokoro_lstm.tvm`` imports neither tvm nor torch.
 """
 from __future__ import annotations
@@ -61,13 +66,14 @@ from ._dense import DENSE_METHODS, count_dense_calls, rewrite_dense, select_dens
 from ._native import FUNC_NAME as NATIVE_FUNC_NAME
 from ._schedule import cpu_pipeline, prepare
 from ._native import cache_info, clear_cache
+from ._noise import with_fresh_seed
 
 __all__ = ["METHODS", "NATIVE_FUNC_NAME", "select_method", "convert_map",
            "from_exported_program", "decomposition_table", "register_native", "ir_size",
            "clear_cache", "cache_info", "export_library", "export_options", "uses_engine",
            "attach_engine",
            "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls",
-           "cpu_pipeline", "prepare"]
+           "cpu_pipeline", "prepare", "with_fresh_seed"]
 
 #: Every accepted ``lstm_method`` name.
 METHODS = ("auto", "native", "tir", "relax", "topi", "mps")

@@ -504,4 +504,7 @@ def build_convert_map(method: str, bound_names=None) -> dict:
     for name in KOKORO_OPS:
         m[f"{name}.default"] = make_converter(parse_kokoro_op, method, bound_names)
     m[f"{GATED_OP}.default"] = make_converter(parse_gated_op, method, bound_names)
+    from ._noise import convert_map as noise_convert_map
+
+    m.update(noise_convert_map())  # kokoro::random_uniform / random_normal
     return m

@@ -13,10 +13,13 @@ src/ops/dense.c), one ``relax.dpl`` pattern and one check per rule (:data:`_RULE
   engine's f32-pgemm kernels; a following per-column bias add and a GELU (tanh
   form, ALBERT's ``gelu_new``) are fused into the call;
 * ``conv1d`` (NCW/OIW, groups 1) by ``conv1d_v1``, a per-channel bias add fused; a
-  constant weight of more than one tap (stride and dilation 1) is packed in panels
+  constant weight of more than one tap (stride or dilation 1) is packed in panels
   over (tap, channel) (:func:`pack_conv_panels`), a weight computed from constants
   (weight norm) evaluated at compile time first (:func:`_fold_weights`);
 * a depthwise ``conv1d_transpose`` by ``conv1d_transpose_dw_v1``;
+* a ``conv1d_transpose`` with groups 1 by ``conv1d_transpose_v1``, its constant
+  weight (weight norm folded) packed by output phase at compile time
+  (:func:`pack_conv_transpose_panels`), a per-channel bias add fused;
 * the scaled-dot-product attention that ``torch.export`` decomposes SDPA into
   (``matmul(q*a, permute(k)*a)`` [``+ mask``] -> ``softmax`` -> fully-masked-row fix
   -> ``matmul(., v)``) by ``attention_v1``, reading q/k/v and writing its output in
@@ -33,7 +36,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "SOFTMAX_FUNC",
+__all__ = ["MATMUL_FUNC", "CONV1D_FUNC", "CONV1D_TRANSPOSE_DW_FUNC", "CONV1D_TRANSPOSE_FUNC",
+           "SOFTMAX_FUNC", "Conv1dTransposeConfig",
            "ATTENTION_FUNC", "ABI_VERSION", "CONFIGS", "MatmulConfig", "Conv1dConfig",
            "Conv1dTransposeDwConfig", "SoftmaxConfig", "AttentionConfig",
            "DENSE_METHODS", "select_dense_method", "rewrite_dense", "dense_calls",
@@ -43,6 +47,7 @@ ABI_VERSION = 1
 MATMUL_FUNC = "kokoro_lstm.matmul_v1"
 CONV1D_FUNC = "kokoro_lstm.conv1d_v1"
 CONV1D_TRANSPOSE_DW_FUNC = "kokoro_lstm.conv1d_transpose_dw_v1"
+CONV1D_TRANSPOSE_FUNC = "kokoro_lstm.conv1d_transpose_v1"
 SOFTMAX_FUNC = "kokoro_lstm.softmax_v1"
 ATTENTION_FUNC = "kokoro_lstm.attention_v1"
 #: Width of the panels of a packed B (KL_DENSE_PANEL in src/ops/dense.h).
@@ -73,7 +78,7 @@ class Conv1dConfig(NamedTuple):
     dilation: int = 1
     has_bias: int = 0
     num_threads: int = 0
-    w_panels: int = 0     # 1: w packed by pack_conv_panels (stride and dilation 1)
+    w_panels: int = 0     # 1: w packed by pack_conv_panels (stride or dilation 1)
 
 
 class Conv1dTransposeDwConfig(NamedTuple):
@@ -84,6 +89,18 @@ class Conv1dTransposeDwConfig(NamedTuple):
     dilation: int = 1
     has_bias: int = 0
     num_threads: int = 0
+
+
+class Conv1dTransposeConfig(NamedTuple):
+    """``conv1d_transpose_v1(cfg, x, w, [bias], y)``, groups 1."""
+    abi: int = ABI_VERSION
+    stride: int = 1
+    pad_l: int = 0
+    dilation: int = 1     # a divisor of stride
+    ksize: int = 1
+    has_bias: int = 0
+    num_threads: int = 0
+    w_panels: int = 0     # 1: w packed by pack_conv_transpose_panels
 
 
 class SoftmaxConfig(NamedTuple):
@@ -106,7 +123,8 @@ class AttentionConfig(NamedTuple):
 
 #: extern name -> its config's schema
 CONFIGS = {MATMUL_FUNC: MatmulConfig, CONV1D_FUNC: Conv1dConfig,
-           CONV1D_TRANSPOSE_DW_FUNC: Conv1dTransposeDwConfig, SOFTMAX_FUNC: SoftmaxConfig,
+           CONV1D_TRANSPOSE_DW_FUNC: Conv1dTransposeDwConfig,
+           CONV1D_TRANSPOSE_FUNC: Conv1dTransposeConfig, SOFTMAX_FUNC: SoftmaxConfig,
            ATTENTION_FUNC: AttentionConfig}
 _FUNC_OF = {cls: name for name, cls in CONFIGS.items()}
 
@@ -263,6 +281,26 @@ def pack_conv_panels(w):
     return pack_panels(w.transpose(2, 1, 0).reshape(k * cin, cout), False)
 
 
+def pack_conv_transpose_panels(w, stride, dilation=1):
+    """A conv1d_transpose weight [Cin, Cout, K] (IOW; dilation a divisor of stride)
+    packed for ``conv1d_transpose_v1``'s ``w_panels``: :func:`pack_panels` of the
+    [K * Cin, Cout] matrix whose rows are, for each output phase r < stride in
+    turn, its taps k = r // dilation + m * (stride // dilation), m < n_r, as rows
+    ``j * Cin + c`` (m = n_r - 1 - j) holding ``w[c, :, k]``
+    (kl_f32_conv1d_transpose_pack in src/ops/dense.c)."""
+    import numpy as np
+
+    w = np.asarray(w, dtype=np.float32)
+    cin, cout, k = w.shape
+    if stride % dilation:
+        raise ValueError(f"dilation {dilation} does not divide stride {stride}")
+    s1, rows = stride // dilation, []
+    for r in range(0, min(stride, k * dilation), dilation):
+        taps = list(range(r // dilation, k, s1))
+        rows += [w[:, :, t] for t in reversed(taps)]
+    return pack_panels(np.concatenate(rows), False)
+
+
 def _is_plain_op(value):
     """A call of a Relax operator that computes a value from its arguments alone
     (not a call into another function, a packed function or a TIR function)."""
@@ -316,12 +354,22 @@ def _fold_weights(func, targets):
     return {t: relax.const(v.numpy()) for t, v in zip(ok, vals)}
 
 
+def _transpose_weights(scope):
+    """The computed weights (vars) of the groups-1 conv1d_transposes in ``scope``:
+    those :func:`_fold_weights` evaluates for packing."""
+    from tvm import relax
+
+    return [v.args[1] for v in scope.value.values()
+            if _op_name(v) == "relax.nn.conv1d_transpose" and int(v.attrs.groups) == 1
+            and isinstance(v.args[1], relax.Var)]
+
+
 def _conv_on_panels(w_shape, stride, dilation):
     """Whether a conv1d with a constant weight runs on panels (``w_panels``):
-    stride and dilation 1 (its shifted rows are then contiguous) and a kernel of
-    more than one tap (a 1-tap conv needs no im2col on the BLAS path, which is as
-    fast)."""
-    return stride == 1 and dilation == 1 and w_shape is not None and w_shape[2] > 1
+    stride or dilation 1 (each output's window is then one run of the time-major
+    input, of every d-th step for dilation d) and a kernel of more than one tap (a
+    1-tap conv needs no im2col on the BLAS path, which is as fast)."""
+    return (stride == 1 or dilation == 1) and w_shape is not None and w_shape[2] > 1
 
 
 # -- patterns -----------------------------------------------------------------------------
@@ -406,11 +454,12 @@ def _gelu_pattern():
 
 
 def _bias_pattern():
-    """A matmul or conv1d with an add after it."""
+    """A matmul, conv1d or conv1d_transpose with an add after it."""
     from tvm.relax.dpl import wildcard
 
     prod = (_op("relax.matmul", wildcard(), wildcard())
-            | _op("relax.nn.conv1d", wildcard(), wildcard()))
+            | _op("relax.nn.conv1d", wildcard(), wildcard())
+            | _op("relax.nn.conv1d_transpose", wildcard(), wildcard()))
     return _either("relax.add", prod, wildcard()), {}
 
 
@@ -500,7 +549,7 @@ class _Rewriter:
             v.args[1] for v in scope.value.values()
             if _op_name(v) == "relax.nn.conv1d" and isinstance(v.args[1], relax.Var)
             and _conv_on_panels(_static_shape(v.args[1]), int(v.attrs.strides[0]),
-                                int(v.attrs.dilation[0]))]))
+                                int(v.attrs.dilation[0]))] + _transpose_weights(scope)))
         for make_pattern, rule in _RULES:
             if rule == "lstm_threads" and not self.nth:
                 continue
@@ -549,8 +598,10 @@ class _Rewriter:
         key = (w, layout)
         if key not in self.packed:
             v = w.value.numpy()
-            self.packed[key] = relax.const(pack_conv_panels(v) if layout == "conv"
-                                           else pack_panels(v, layout))
+            self.packed[key] = relax.const(
+                pack_conv_panels(v) if layout == "conv"
+                else pack_conv_transpose_panels(v, *layout[1:]) if isinstance(layout, tuple)
+                else pack_panels(v, layout))
             self._count("panels_packed")
         return self.packed[key]
 
@@ -581,7 +632,8 @@ class _Rewriter:
         return self._conv1d(call, scope)
 
     def conv1d_transpose(self, call, m, scope):
-        """A depthwise conv1d_transpose (groups == channels, NCW/IOW)."""
+        """A depthwise conv1d_transpose (groups == channels, NCW/IOW), or one of
+        groups 1 (:meth:`_conv1d_transpose`)."""
         x, w = call.args
         at = call.attrs
         sx, sw, out = _static_shape(x), _static_shape(w), _static_shape(call)
@@ -590,12 +642,37 @@ class _Rewriter:
                 or at.out_layout != "NCW" or str(at.out_dtype) not in ("", "None", "void", "float32")):
             return None
         C = sx[1]
+        if int(at.groups) == 1 and not (C == 1 and sw[1] == 1):
+            return self._conv1d_transpose(call, scope)
         if int(at.groups) != C or sw[0] != C or sw[1] != 1 or out[1] != C:
             return None
         pad = [int(p) for p in at.padding] or [0]
         cfg = Conv1dTransposeDwConfig(stride=int(at.strides[0]), pad_l=pad[0],
                                       dilation=int(at.dilation[0]), num_threads=self.nth)
         return extern_call(cfg, [x, w], out)
+
+    def _conv1d_transpose(self, call, scope, bias=None):
+        """conv1d_transpose_v1 for a conv1d_transpose of groups 1 (NCW/IOW), its
+        constant weight packed by phase, else None."""
+        x, w = call.args
+        at = call.attrs
+        sx, sw, out = _static_shape(x), _static_shape(w), _static_shape(call)
+        if (sx is None or sw is None or out is None or len(sx) != 3 or int(at.groups) != 1
+                or at.data_layout != "NCW" or at.kernel_layout != "IOW"
+                or at.out_layout != "NCW" or str(at.out_dtype) not in ("", "None", "void", "float32")):
+            return None
+        pad = [int(p) for p in at.padding] or [0]
+        stride, dil = int(at.strides[0]), int(at.dilation[0])
+        if stride % dil:
+            return None  # phases would not be plain correlations: TVM's own lowering
+        w = self.folded.get(w, w)
+        panels = _is_const(w)
+        if panels:
+            w = self._panels(w, ("transpose", stride, dil))
+        cfg = Conv1dTransposeConfig(stride=stride, pad_l=pad[0], dilation=dil, ksize=sw[2],
+                                    has_bias=int(bias is not None), num_threads=self.nth,
+                                    w_panels=int(panels))
+        return extern_call(cfg, [x, w] + ([bias] if bias is not None else []), out)
 
     # -- a bias add after a product ---------------------------------------------------------
     def _bias_of(self, add, scope):
@@ -605,7 +682,8 @@ class _Rewriter:
         for prod, other in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
             value = scope.call(prod)
             name = _op_name(value)
-            if name not in ("relax.matmul", "relax.nn.conv1d") or scope.uses.get(prod, 0) != 1:
+            if (name not in ("relax.matmul", "relax.nn.conv1d", "relax.nn.conv1d_transpose")
+                    or scope.uses.get(prod, 0) != 1):
                 continue
             sp, so = _static_shape(prod), _static_shape(other)
             if sp is None or so is None or out != sp:
@@ -625,8 +703,10 @@ class _Rewriter:
         if found is None:
             return None
         prod, bias = found
-        new = (self._matmul(prod, scope, bias) if _op_name(prod) == "relax.matmul"
-               else self._conv1d(prod, scope, bias))
+        name = _op_name(prod)
+        new = (self._matmul(prod, scope, bias) if name == "relax.matmul"
+               else self._conv1d(prod, scope, bias) if name == "relax.nn.conv1d"
+               else self._conv1d_transpose(prod, scope, bias))
         if new is not None:
             self._count("bias_fused")
         return new

@@ -107,7 +107,8 @@ def blas_link_flags() -> list:
 # Every global function the engine object registers when a library carrying it is loaded.
 ENGINE_FUNCTIONS = ("kokoro_lstm.lstm_forward_v2", "kokoro_lstm.matmul_v1",
                     "kokoro_lstm.conv1d_v1", "kokoro_lstm.conv1d_transpose_dw_v1",
-                    "kokoro_lstm.softmax_v1", "kokoro_lstm.attention_v1")
+                    "kokoro_lstm.softmax_v1", "kokoro_lstm.attention_v1",
+                    "kokoro_lstm.random_v1", "kokoro_lstm.fresh_seed_v1")
 
 _engine_module = None
 

@@ -331,6 +331,151 @@ static void im2col_task(void* ctx, int ith, int nth) {
   if (r0 < r1) im2col_rows(j->a, j->x, j->cols, r0, r1);
 }
 
+/* ---- convolutions as phases of panel GEMMs ------------------------------------
+ * When the im2col rows of a convolution's outputs are not evenly spaced rows of
+ * the time-major input, its outputs are split into phases whose rows are: phase
+ * g's outputs t = t0[g] + tstep * i, i < m[g], output i being rows i .. of the
+ * time-major input xt_g (rows lda apart, overlapping) times phase g's panels.
+ * A transposed convolution of stride s has s phases (one per output t mod s,
+ * each a plain correlation over its own taps) on one xt; a dilated one (stride
+ * 1, dilation d) has d phases sharing one set of panels, each on its own xt_g
+ * (every d-th input step). A task computes a block of rows times a run of
+ * panels into a tile in L1 and stores it to y's rows with stride tstep. */
+typedef struct ph_job {
+  int64_t batch, nph, cout, wout;
+  const float* xt;
+  int64_t xt_sb, xt_sph, lda;   /* xt: batch and phase strides, row stride */
+  const int64_t* a_off;         /* per phase: A's first row, in floats from xt_g */
+  const int64_t* m;             /* per phase: rows */
+  const int64_t* t0;            /* per phase: first output step */
+  const int64_t* kred;          /* per phase: the reduction length (rows of its panels) */
+  const int64_t* w_off;         /* per phase: floats from a panel's start to its rows */
+  const int64_t* task0;         /* per phase: its first task (batch 0), nph + 1 values */
+  int64_t tstep;
+  const float* w;
+  int64_t w_pstride;            /* floats between panels */
+  const float* bias;
+  float* y;
+  kl_f32_pgemm_ukernel_fn kern;
+  int64_t np, pchunk, pblocks, mb, ntasks;
+  float* tiles;                 /* per thread: mb x KL_PGEMM_NR */
+  atomic_llong next;
+} ph_job;
+
+static void ph_tile(const ph_job* j, int64_t t, float* tile) {
+  const int64_t per = j->task0[j->nph], b = t / per;
+  int64_t r = t % per, g = 0;
+  while (r >= j->task0[g + 1]) g++;
+  r -= j->task0[g];
+  const int64_t m0 = (r / j->pblocks) * j->mb, p0 = (r % j->pblocks) * j->pchunk;
+  const int64_t m = j->m[g] - m0 < j->mb ? j->m[g] - m0 : j->mb;
+  const int64_t p1 = p0 + j->pchunk < j->np ? p0 + j->pchunk : j->np;
+  const float* A = j->xt + b * j->xt_sb + g * j->xt_sph + j->a_off[g] + m0 * j->lda;
+  float* Y = j->y + b * j->cout * j->wout + j->t0[g] + m0 * j->tstep;
+  for (int64_t p = p0; p < p1; p++) {
+    const int64_t n0 = p * KL_PGEMM_NR, n = j->cout - n0 < KL_PGEMM_NR ? j->cout - n0 : KL_PGEMM_NR;
+    kl_pgemm_panels(j->kern, m, n, j->kred[g], A, j->lda, j->w + p * j->w_pstride + j->w_off[g],
+                    j->bias ? j->bias + n0 : NULL, 1, tile, KL_PGEMM_NR, 0, 1, 0);
+    for (int64_t c = 0; c < n; c++) {
+      float* yr = Y + (n0 + c) * j->wout;
+      for (int64_t i = 0; i < m; i++) yr[i * j->tstep] = tile[i * KL_PGEMM_NR + c];
+    }
+  }
+}
+
+static void ph_task(void* ctx, int ith, int nth) {
+  (void)nth;
+  ph_job* j = ctx;
+  float* tile = j->tiles + (int64_t)ith * j->mb * KL_PGEMM_NR;
+  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) ph_tile(j, t, tile);
+}
+
+/* Runs j (its fields up to kern and the per-phase tables filled; task0 with
+ * nph + 1 entries to fill): row blocks of at most KL_PGEMM_MC, panels split in
+ * runs so that there are about 2 tasks per thread. Results do not depend on the
+ * split. */
+static kl_status ph_run(ph_job* j, int64_t* task0, int nth) {
+  j->np = cdiv(j->cout, KL_PGEMM_NR);
+  int64_t mmax = 0;
+  double macs = 0.0;
+  for (int64_t g = 0; g < j->nph; g++) {
+    if (j->m[g] > mmax) mmax = j->m[g];
+    macs += (double)j->batch * (double)j->m[g] * (double)(j->kred[g] + 1) * (double)j->cout;
+  }
+  if (mmax == 0) return KL_OK;
+  j->mb = mmax < KL_PGEMM_MC ? mmax : KL_PGEMM_MC;
+  int64_t have = 0;
+  for (int64_t g = 0; g < j->nph; g++) have += cdiv(j->m[g], j->mb);
+  have *= j->batch;
+  if (macs < KL_DENSE_SERIAL_MACS) nth = 1;
+  const int64_t want = nth > 1 ? 2 * (int64_t)nth : 1;
+  const int64_t split = have >= want ? 1 : cdiv(want, have);
+  j->pchunk = cdiv(j->np, split < j->np ? split : j->np);
+  j->pblocks = cdiv(j->np, j->pchunk);
+  task0[0] = 0;
+  for (int64_t g = 0; g < j->nph; g++) task0[g + 1] = task0[g] + cdiv(j->m[g], j->mb) * j->pblocks;
+  j->task0 = task0;
+  j->ntasks = j->batch * task0[j->nph];
+  if (nth > j->ntasks) nth = (int)j->ntasks;
+  atomic_init(&j->next, 0);
+  size_t cap = 0;
+  j->tiles = kl_scratch_take((size_t)nth * (size_t)(j->mb * KL_PGEMM_NR) * sizeof(float), &cap);
+  if (!j->tiles) return KL_ERR_NOMEM;
+  const kl_status s = kl_pool_run(nth, ph_task, j);
+  kl_scratch_give(j->tiles, cap);
+  return s;
+}
+
+/* xt_g for g < nph, per batch element: rows u < rows of cin floats (a phase's
+ * rows at xt + (b * nph + g) * rows * cin), row u holding x[.., g + step * u - off],
+ * zeros where that step is outside [0, win). */
+typedef struct gx_job {
+  const float* x;
+  int64_t batch, cin, win, nph, rows, step, off;
+  float* xt;
+} gx_job;
+
+static void gx_task(void* ctx, int ith, int nth) {
+  const gx_job* j = ctx;
+  const int64_t total = j->batch * j->nph, per = cdiv(total, nth);
+  const int64_t r0 = per * ith, r1 = r0 + per < total ? r0 + per : total;
+  for (int64_t r = r0; r < r1; r++) { /* r = b * nph + g */
+    const int64_t b = r / j->nph, g = r % j->nph;
+    const float* x = j->x + b * j->cin * j->win;
+    float* xt = j->xt + r * j->rows * j->cin;
+    /* the rows whose step is in [0, win): u in [lo, hi) */
+    int64_t lo = j->off - g > 0 ? cdiv(j->off - g, j->step) : 0;
+    int64_t hi = j->win + j->off - g > 0 ? cdiv(j->win + j->off - g, j->step) : 0;
+    if (lo > j->rows) lo = j->rows;
+    if (hi > j->rows) hi = j->rows;
+    if (hi < lo) hi = lo;
+    memset(xt, 0, (size_t)(lo * j->cin) * sizeof(float));
+    if (j->step == 1) {
+      transpose(x + (g + lo - j->off), j->win, xt + lo * j->cin, j->cin, j->cin, hi - lo);
+    } else {
+      for (int64_t u0 = lo; u0 < hi; u0 += 16) {
+        const int64_t u1 = u0 + 16 < hi ? u0 + 16 : hi;
+        for (int64_t c0 = 0; c0 < j->cin; c0 += 16) {
+          const int64_t c1 = c0 + 16 < j->cin ? c0 + 16 : j->cin;
+          for (int64_t u = u0; u < u1; u++) {
+            const float* src = x + g + j->step * u - j->off;
+            for (int64_t c = c0; c < c1; c++) xt[u * j->cin + c] = src[c * j->win];
+          }
+        }
+      }
+    }
+    memset(xt + hi * j->cin, 0, (size_t)((j->rows - hi) * j->cin) * sizeof(float));
+  }
+}
+
+/* Builds the xt_g of gx (its xt allocated here; give it back with cap). */
+static kl_status gx_build(gx_job* gx, size_t* cap, int nth) {
+  const size_t n = (size_t)(gx->batch * gx->nph * gx->rows * gx->cin);
+  gx->xt = kl_scratch_take((n ? n : 1) * sizeof(float), cap);
+  if (!gx->xt) return KL_ERR_NOMEM;
+  return kl_pool_run((double)n * 4.0 < (1 << 18) ? 1 : nth, gx_task, gx);
+}
+
 /* ---- conv1d on weights packed in panels: no im2col -------------------------
  * With the kernel axis ordered (tap, channel), the im2col row of output step t
  * is rows t .. t + ksize - 1 of x transposed and zero padded (xt, [steps][cin]),
@@ -363,9 +508,55 @@ static void xt_task(void* ctx, int ith, int nth) {
   }
 }
 
+/* conv1d on panels with dilation d > 1 (stride 1): output t = g + d i (phase
+ * g < d) is rows i .. i + ksize - 1 of xt_g, every d-th step of x from g - pad_l. */
+static kl_status conv1d_panels_dilated(const kl_conv1d_args* a, int nth) {
+  const int64_t d = a->dilation, rows = cdiv(a->wout + (a->ksize - 1) * d, d);
+  int64_t* tab = malloc((size_t)(6 * d + 1) * sizeof(int64_t));
+  if (!tab) return KL_ERR_NOMEM;
+  int64_t *a_off = tab, *m = tab + d, *t0 = tab + 2 * d, *kred = tab + 3 * d, *w_off = tab + 4 * d;
+  for (int64_t g = 0; g < d; g++) {
+    a_off[g] = w_off[g] = 0;
+    m[g] = a->wout > g ? cdiv(a->wout - g, d) : 0;
+    t0[g] = g;
+    kred[g] = a->ksize * a->cin;
+  }
+  gx_job gx = {a->x, a->batch, a->cin, a->win, d, rows, d, a->pad_l, NULL};
+  size_t cap = 0;
+  kl_status st = gx_build(&gx, &cap, nth);
+  if (gx.xt) {
+    ph_job j;
+    memset(&j, 0, sizeof(j));
+    j.batch = a->batch;
+    j.nph = d;
+    j.cout = a->cout;
+    j.kred = kred;
+    j.w_off = w_off;
+    j.w_pstride = a->ksize * a->cin * KL_PGEMM_NR;
+    j.wout = a->wout;
+    j.xt = gx.xt;
+    j.xt_sph = rows * a->cin;
+    j.xt_sb = d * rows * a->cin;
+    j.lda = a->cin;
+    j.a_off = a_off;
+    j.m = m;
+    j.t0 = t0;
+    j.tstep = d;
+    j.w = a->w;
+    j.bias = a->bias;
+    j.y = a->y;
+    j.kern = kl_select_f32_pgemm();
+    if (st == KL_OK) st = ph_run(&j, tab + 5 * d, nth);
+    kl_scratch_give(gx.xt, cap);
+  }
+  free(tab);
+  return st;
+}
+
 static kl_status conv1d_panels(const kl_conv1d_args* a, int nth) {
-  if (a->stride != 1 || a->dilation != 1) return KL_ERR_ARG;
-  xt_job xj = {a, NULL, a->wout + a->ksize - 1};
+  if (a->dilation != 1) return a->stride == 1 ? conv1d_panels_dilated(a, nth) : KL_ERR_ARG;
+  /* stride s: output t is rows s t .. s t + ksize - 1 of xt, rows s cin apart */
+  xt_job xj = {a, NULL, (a->wout - 1) * a->stride + a->ksize};
   size_t cap = 0;
   xj.xt = kl_scratch_take((size_t)(a->batch * xj.rows * a->cin) * sizeof(float), &cap);
   if (!xj.xt) return KL_ERR_NOMEM;
@@ -378,7 +569,7 @@ static kl_status conv1d_panels(const kl_conv1d_args* a, int nth) {
   m.N = a->cout;
   m.K = a->ksize * a->cin;
   m.a = xj.xt;
-  m.lda = a->cin;
+  m.lda = a->stride * a->cin;
   m.sa = xj.rows * a->cin;
   m.b = a->w;
   m.b_panels = 1;
@@ -441,6 +632,106 @@ kl_status kl_f32_conv1d(const kl_conv1d_args* a) {
   }
   free(cols);
   return s;
+}
+
+/* ---- ConvTranspose1d, groups 1 -------------------------------------------------
+ * With dilation d dividing stride s, output phase r (t + pad_l = q s + r) takes
+ * the taps k = r / d + m s / d, m < taps_r (none when d does not divide r):
+ * y[o, t] = sum over m, c of x[c, q - m] w[c, o, k], a plain correlation, i.e.
+ * rows q + taps - taps_r .. of xt (x transposed after taps - 1 zero steps,
+ * taps = the most of any phase) times the phase's rows of the panels. Every
+ * term is a tap of the kernel: no zero weights meet an inf or NaN. */
+static int64_t ct_phase_taps(int64_t ksize, int64_t stride, int64_t dilation, int64_t r) {
+  const int64_t s1 = stride / dilation;
+  return r % dilation || r / dilation >= ksize ? 0 : cdiv(ksize - r / dilation, s1);
+}
+
+kl_status kl_f32_conv1d_transpose_pack(int64_t cin, int64_t cout, int64_t ksize, int64_t stride,
+                                       int64_t dilation, const float* w, float* out) {
+  if (cin < 1 || cout < 1 || ksize < 1 || stride < 1 || dilation < 1 || stride % dilation ||
+      !w || !out)
+    return KL_ERR_ARG;
+  const int64_t np = cdiv(cout, KL_PGEMM_NR), kred = ksize * cin, s1 = stride / dilation;
+  memset(out, 0, (size_t)(np * kred * KL_PGEMM_NR) * sizeof(float));
+  for (int64_t r = 0, row0 = 0; r < stride; r++) {
+    const int64_t taps = ct_phase_taps(ksize, stride, dilation, r);
+    for (int64_t jj = 0; jj < taps; jj++) {
+      const int64_t k = r / dilation + (taps - 1 - jj) * s1;
+      for (int64_t c = 0; c < cin; c++)
+        for (int64_t o = 0; o < cout; o++)
+          out[(o / KL_PGEMM_NR) * kred * KL_PGEMM_NR + (row0 + jj * cin + c) * KL_PGEMM_NR +
+              o % KL_PGEMM_NR] = w[(c * cout + o) * ksize + k];
+    }
+    row0 += taps * cin;
+  }
+  return KL_OK;
+}
+
+kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* a) {
+  if (!a || a->batch < 0 || a->cin < 1 || a->cout < 1 || a->win < 0 || a->wout < 0 ||
+      a->ksize < 1 || a->stride < 1 || a->dilation < 1 || a->stride % a->dilation ||
+      a->pad_l < 0 || !a->x || !a->w || !a->y)
+    return KL_ERR_ARG;
+  if (a->batch == 0 || a->wout == 0) return KL_OK;
+  const int nth = kl_threads_resolve(a->num_threads);
+  const int64_t s = a->stride, p = a->pad_l, taps = ct_phase_taps(a->ksize, s, a->dilation, 0);
+  int64_t* tab = malloc((size_t)(6 * s + 1) * sizeof(int64_t));
+  if (!tab) return KL_ERR_NOMEM;
+  int64_t *a_off = tab, *m = tab + s, *t0 = tab + 2 * s, *kred = tab + 3 * s, *w_off = tab + 4 * s;
+  const int64_t qmax = (a->wout - 1 + p) / s;
+  for (int64_t r = 0, row0 = 0; r < s; r++) {
+    const int64_t q0 = r < p ? cdiv(p - r, s) : 0;
+    const int64_t q1 = a->wout - 1 + p - r >= 0 ? (a->wout - 1 + p - r) / s : -1;
+    const int64_t tr = ct_phase_taps(a->ksize, s, a->dilation, r);
+    m[r] = q1 >= q0 ? q1 - q0 + 1 : 0;
+    a_off[r] = tr ? (q0 + taps - tr) * a->cin : 0;
+    t0[r] = q0 * s + r - p;
+    kred[r] = tr * a->cin;
+    w_off[r] = row0 * KL_PGEMM_NR;
+    row0 += kred[r];
+  }
+  const float* w = a->w;
+  float* packed = NULL;
+  const int64_t pstride = a->ksize * a->cin * KL_PGEMM_NR;
+  if (!a->w_panels) {
+    packed = malloc((size_t)(cdiv(a->cout, KL_PGEMM_NR) * pstride) * sizeof(float));
+    if (!packed) {
+      free(tab);
+      return KL_ERR_NOMEM;
+    }
+    kl_f32_conv1d_transpose_pack(a->cin, a->cout, a->ksize, s, a->dilation, a->w, packed);
+    w = packed;
+  }
+  gx_job gx = {a->x, a->batch, a->cin, a->win, 1, qmax + taps, 1, taps - 1, NULL};
+  size_t cap = 0;
+  kl_status st = gx_build(&gx, &cap, nth);
+  if (gx.xt) {
+    ph_job j;
+    memset(&j, 0, sizeof(j));
+    j.batch = a->batch;
+    j.nph = s;
+    j.cout = a->cout;
+    j.wout = a->wout;
+    j.xt = gx.xt;
+    j.xt_sb = gx.rows * a->cin;
+    j.lda = a->cin;
+    j.a_off = a_off;
+    j.m = m;
+    j.t0 = t0;
+    j.kred = kred;
+    j.w_off = w_off;
+    j.tstep = s;
+    j.w = w;
+    j.w_pstride = pstride;
+    j.bias = a->bias;
+    j.y = a->y;
+    j.kern = kl_select_f32_pgemm();
+    if (st == KL_OK) st = ph_run(&j, tab + 5 * s, nth);
+    kl_scratch_give(gx.xt, cap);
+  }
+  free(packed);
+  free(tab);
+  return st;
 }
 
 /* ---- depthwise ConvTranspose1d --------------------------------------------- */

@@ -53,7 +53,7 @@ kl_status kl_f32_matmul(const kl_matmul_args* args);
 
 /* y[n] = conv1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's Conv1d):
  *   x: [batch, cin, win] compact; w: [cout, cin, ksize] compact, or with w_panels
- *   (stride 1 and dilation 1 only) packed in panels of KL_DENSE_PANEL output
+ *   (stride 1 or dilation 1) packed in panels of KL_DENSE_PANEL output
  *   channels over the kernel axis ordered (tap, channel): [ceil(cout / 32)][ksize * cin][32]
  *   compact, w[o, c, j] at [o / 32][j * cin + c][o % 32], zeros past cout;
  *   y: [batch, cout, wout] compact, wout = (win + pad_l + pad_r - dilation*(ksize-1) - 1)/stride + 1
@@ -69,6 +69,34 @@ typedef struct kl_conv1d_args {
 } kl_conv1d_args;
 
 kl_status kl_f32_conv1d(const kl_conv1d_args* args);
+
+/* y[n] = conv_transpose1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's
+ * ConvTranspose1d), dilation a divisor of stride: y[o, t] = bias[o] + sum over
+ * (c, i, k) with i*stride + k*dilation - pad_l == t of x[c, i] * w[c, o, k];
+ *   x: [batch, cin, win] compact; y: [batch, cout, wout] compact, any wout (output
+ *   padding is implied by it); bias: cout values or NULL;
+ *   w: [cin, cout, ksize] compact (PyTorch's IOW), or with w_panels packed by
+ *   kl_f32_conv1d_transpose_pack. Each element sums its terms in an order fixed
+ *   by the shapes: results do not depend on num_threads. */
+typedef struct kl_conv1d_transpose_args {
+  int64_t batch, cin, cout, win, wout, ksize, stride, dilation, pad_l;
+  const float* x;
+  const float* w;
+  int w_panels;
+  const float* bias;
+  float* y;
+  int num_threads;
+} kl_conv1d_transpose_args;
+
+kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* args);
+
+/* w [cin, cout, ksize] packed for w_panels into out, ceil(cout / 32) panels of
+ * ksize * cin rows of 32 floats (zeros past cout): within a panel, the rows of
+ * output phase r = 0 .. stride - 1 in turn, phase r's taps k = r / dilation + m
+ * stride / dilation (m < its count n_r) as rows j * cin + c for m = n_r - 1 - j
+ * holding w[c, o, k] (src/ops/dense.c, kokoro_lstm.tvm._dense.pack_conv_transpose_panels). */
+kl_status kl_f32_conv1d_transpose_pack(int64_t cin, int64_t cout, int64_t ksize, int64_t stride,
+                                       int64_t dilation, const float* w, float* out);
 
 /* Depthwise transposed 1-D convolution (ConvTranspose1d with groups == channels,
  * one output channel per group), NCW:

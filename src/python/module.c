@@ -13,6 +13,7 @@
 #include "kl_tvm.h"
 #include "kokoro_lstm.h"
 #include "kokoro_lstm_testing.h"
+#include "random.h"
 #include "threads.h"
 
 /* ---- forward: every front's road into kl_lstm_forward ------------------------
@@ -643,6 +644,46 @@ static PyObject* mod_bench_fingerprint(PyObject* m, PyObject* args) {
   return PyFloat_FromDouble(t);
 }
 
+/* random_fill(dist, seed, stream, out, start=0, num_threads=0): fills the float32
+ * C-contiguous writable array out with elements start.. of the draw (seed,
+ * stream) (src/ops/random.h); dist 0 uniform [0, 1), 1 standard normal. seed is
+ * an int64 (its bits are the key), stream >= 0. */
+static PyObject* mod_random_fill(PyObject* m, PyObject* args, PyObject* kwds) {
+  (void)m;
+  static char* kwlist[] = {"dist", "seed", "stream", "out", "start", "num_threads", NULL};
+  int dist, nth = 0;
+  long long seed, stream, start = 0;
+  PyObject* out;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "iLLO|Li", kwlist, &dist, &seed, &stream, &out,
+                                   &start, &nth))
+    return NULL;
+  if (dist != KL_RANDOM_UNIFORM && dist != KL_RANDOM_NORMAL) {
+    PyErr_Format(PyExc_ValueError, "random_fill: dist must be 0 (uniform) or 1 (normal), got %d", dist);
+    return NULL;
+  }
+  if (stream < 0 || start < 0 || nth < 0) {
+    PyErr_SetString(PyExc_ValueError, "random_fill: stream, start and num_threads must be >= 0");
+    return NULL;
+  }
+  if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject*)out) != NPY_FLOAT32 ||
+      !PyArray_IS_C_CONTIGUOUS((PyArrayObject*)out) || !PyArray_ISWRITEABLE((PyArrayObject*)out)) {
+    PyErr_SetString(PyExc_TypeError, "random_fill: out must be a writable C-contiguous float32 numpy array");
+    return NULL;
+  }
+  const int64_t n = (int64_t)PyArray_SIZE((PyArrayObject*)out);
+  float* y = PyArray_DATA((PyArrayObject*)out);
+  kl_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = kl_f32_random(dist, (uint64_t)seed, (uint64_t)stream, (int64_t)start, n, y, nth);
+  Py_END_ALLOW_THREADS
+  if (s != KL_OK) {
+    PyErr_SetString(s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError : PyExc_RuntimeError,
+                    s == KL_ERR_ARG && *kl_last_error() ? kl_last_error() : kl_status_str(s));
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"bench_fingerprint", mod_bench_fingerprint, METH_VARARGS, "bench_fingerprint(nbytes, num_threads, reps): best seconds of the cache's staleness check."},
     {"bench_sgemm", mod_bench_sgemm, METH_VARARGS, "bench_sgemm(M, N, K, num_threads, reps): best seconds of the engine-style sgemm."},
@@ -655,6 +696,9 @@ static PyMethodDef module_methods[] = {
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
     {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},
     {"blas_name", mod_blas_name, METH_NOARGS, "The BLAS this build links."},
+    {"random_fill", (PyCFunction)(void (*)(void))mod_random_fill, METH_VARARGS | METH_KEYWORDS,
+     "random_fill(dist, seed, stream, out, start=0, num_threads=0): elements start.. of the "
+     "counter-based draw (seed, stream) into float32 out (dist 0 uniform [0, 1), 1 normal)."},
     {"activation", mod_activation, METH_VARARGS, "activation(kind, x): vectorized float32 sigmoid/tanh (tests)."},
     {"forward", (PyCFunction)(void (*)(void))mod_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional, has_bias, "

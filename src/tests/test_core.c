@@ -34,6 +34,7 @@
 #include "internal.h" /* kernel-level comparisons only */
 #include "scratch.h"
 #include "dense.h"   /* the dense operators (src/ops) */
+#include "random.h"  /* counter-based random numbers (src/ops) */
 
 /* ---- bookkeeping ------------------------------------------------------- */
 
@@ -1926,7 +1927,8 @@ static void test_dense_matmul_panels_aliased_rows(void) {
  * wider than the kernel's reach (all-zero windows at both ends), a partial panel
  * of output channels, K = 5 x 70 over two KL_PGEMM_KC blocks, 260 steps over two
  * row blocks; with and without bias; 1, 2, 3 and 8 threads bitwise equal; NaN in
- * x gives NaN in exactly the outputs whose window reads it; stride 2 refused. */
+ * x gives NaN in exactly the outputs whose window reads it; stride 2 with
+ * dilation 2 refused (stride or dilation must be 1). */
 static void test_dense_conv1d_panels(void) {
   const int64_t batch = 2, cin = 70, cout = 45, ks = 5, win = 255, pl = 6, pr = 3;
   const int64_t wout = win + pl + pr - ks + 1, K = ks * cin, np = (cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
@@ -1985,13 +1987,13 @@ static void test_dense_conv1d_panels(void) {
       for (int64_t o = 0; o < cout; o++)
         for (int64_t t = 0; t < wout; t++)
           nan_ok &= isnan(y[1][(n * cout + o) * wout + t]) == (n == 1 && t > 100 + pl - ks && t <= 100 + pl);
-    c.stride = 2;
+    c.stride = 2, c.dilation = 2;
     nan_ok &= kl_f32_conv1d(&c) == KL_ERR_ARG;
   }
   check(s == KL_OK && err < 1e-4 && same && nan_ok,
         "[dense] conv1d on panels, 2 x 70 -> 45 channels, 5 taps, padding 6/3, 255 steps: %s, max "
         "abs err %.2g, threads 1/2/3/8 bitwise equal, NaN confined to its windows, stride 2 "
-        "refused", kl_status_str(s), err);
+        "with dilation 2 refused", kl_status_str(s), err);
   free(x);
   free(w);
   free(P);
@@ -2220,6 +2222,71 @@ static void test_scratch(void) {
   kl_scratch_give(NULL, 64);
 }
 
+/* ---- counter-based random numbers (src/ops/random.c) ------------------------ */
+/* Philox4x32-10 against Random123's known answers (kat_vectors, "philox4x32 10"
+ * lines: counter, key, expected output), then the draw's rule: any thread count
+ * and any start offset give the same elements, uniforms in [0, 1), normals finite. */
+static void test_random(void) {
+  static const uint32_t kat[3][10] = {
+      {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+       0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+       0x94fdcceb, 0x5001e420, 0x24126ea1}};
+  for (int v = 0; v < 3; v++) {
+    uint32_t out[4];
+    kl_philox4x32_10(kat[v], kat[v] + 4, out);
+    check(memcmp(out, kat[v] + 6, sizeof(out)) == 0,
+          "[random] philox4x32-10 known answer %d: %08x %08x %08x %08x", v, out[0], out[1], out[2],
+          out[3]);
+  }
+  const int64_t n = 100003; /* several chunks and a partial block */
+  float* a = xcalloc((size_t)n, sizeof(float));
+  float* b = xcalloc((size_t)n, sizeof(float));
+  for (int dist = 0; dist < 2; dist++) {
+    const char* name = dist == KL_RANDOM_UNIFORM ? "uniform" : "normal";
+    const uint64_t seed = 0x123456789abcdefULL, stream = 5;
+    kl_status s = kl_f32_random(dist, seed, stream, 0, n, a, 1);
+    int same = s == KL_OK;
+    for (int nth = 2; nth <= 16 && same; nth *= 2) {
+      same = kl_f32_random(dist, seed, stream, 0, n, b, nth) == KL_OK &&
+             memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+    }
+    /* elements 7.. alone, then 3 elements at 99998 */
+    same = same && kl_f32_random(dist, seed, stream, 7, n - 7, b, 2) == KL_OK &&
+           memcmp(a + 7, b, (size_t)(n - 7) * sizeof(float)) == 0;
+    same = same && kl_f32_random(dist, seed, stream, 99998, 3, b, 1) == KL_OK &&
+           memcmp(a + 99998, b, 3 * sizeof(float)) == 0;
+    double mean = 0, sq = 0;
+    int in_range = 1;
+    for (int64_t i = 0; i < n; i++) {
+      mean += a[i];
+      sq += (double)a[i] * a[i];
+      if (dist == KL_RANDOM_UNIFORM ? !(a[i] >= 0.0f && a[i] < 1.0f) : !isfinite(a[i])) in_range = 0;
+    }
+    mean /= (double)n;
+    const double sd = sqrt(sq / (double)n - mean * mean);
+    const double want_mean = dist == KL_RANDOM_UNIFORM ? 0.5 : 0.0;
+    const double want_sd = dist == KL_RANDOM_UNIFORM ? sqrt(1.0 / 12.0) : 1.0;
+    check(same && in_range && fabs(mean - want_mean) < 0.01 && fabs(sd - want_sd) < 0.01,
+          "[random] %s: threads 1/2/4/8/16 and offsets bitwise equal, values in range, mean %.4f "
+          "sd %.4f",
+          name, mean, sd);
+    s = kl_f32_random(dist, seed, stream + 1, 0, 64, b, 1);
+    check(s == KL_OK && memcmp(a, b, 64 * sizeof(float)) != 0, "[random] %s: another stream differs",
+          name);
+    s = kl_f32_random(dist, seed + 1, stream, 0, 64, b, 1);
+    check(s == KL_OK && memcmp(a, b, 64 * sizeof(float)) != 0, "[random] %s: another seed differs",
+          name);
+  }
+  check(kl_f32_random(2, 1, 0, 0, 4, a, 1) == KL_ERR_ARG && kl_f32_random(0, 1, 0, -1, 4, a, 1) == KL_ERR_ARG &&
+            kl_f32_random(0, 1, 0, 0, 4, NULL, 1) == KL_ERR_ARG &&
+            kl_f32_random(0, 1, 0, 0, -1, a, 1) == KL_ERR_ARG && kl_f32_random(0, 1, 0, 0, 0, NULL, 1) == KL_OK,
+        "[random] bad dist, start, output or count -> KL_ERR_ARG; n 0 -> KL_OK");
+  free(a);
+  free(b);
+}
+
 int main(void) {
   const kl_isa best = kl_isa_detected();
   printf("kokoro_lstm core test: blas=%s, isa detected=%s, active=%s, avx512_bf16=%d\n",
@@ -2243,6 +2310,7 @@ int main(void) {
   test_dense_matmul_panels_aliased_rows();
   test_dense_conv1d_panels();
   test_dense_attention();
+  test_random();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");
   if (forced && *forced)

@@ -13,8 +13,12 @@
  *   bias: N values along its last dimension (any leading ones, any stride).
  * kokoro_lstm.conv1d_v1(cfg, x [N, Cin, W], w [Cout, Cin, K], [bias [Cout]], y [N, Cout, Wout])
  *   w_panels 1: w packed in panels over (tap, channel), a compact
- *   [ceil(Cout / 32), K * Cin, 32] tensor (see kl_conv1d_args); stride and dilation 1.
+ *   [ceil(Cout / 32), K * Cin, 32] tensor (see kl_conv1d_args); stride or dilation 1.
  * kokoro_lstm.conv1d_transpose_dw_v1(cfg, x [N, C, W], w [C, 1, K], [bias [C]], y [N, C, Wout])
+ * kokoro_lstm.conv1d_transpose_v1(cfg, x [N, Cin, W], w [Cin, Cout, K], [bias [Cout]], y [N, Cout, Wout])
+ *   groups 1, dilation a divisor of stride; w_panels 1: w packed by output phase, a
+ *   compact [ceil(Cout / 32), K * Cin, 32] tensor (kl_f32_conv1d_transpose_pack), K
+ *   being the config's ksize.
  * kokoro_lstm.softmax_v1(cfg, x [..., n], y [..., n])
  *   softmax over the last axis; compact tensors.
  * kokoro_lstm.attention_v1(cfg, q, k, v, [mask], o)
@@ -324,8 +328,8 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   const int64_t pad_r = cfg[KL_CONV1D_CFG_PAD_R];
   if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0 || pad_r < 0)
     return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
-  if (panels && (c.stride != 1 || c.dilation != 1))
-    return errf("ValueError", fn, "w packed in panels needs stride 1 and dilation 1");
+  if (panels && c.stride != 1 && c.dilation != 1)
+    return errf("ValueError", fn, "w packed in panels needs stride 1 or dilation 1");
   if (panels && (w.shape[0] != (c.cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL || c.ksize < 1 ||
                  w.shape[1] != c.ksize * c.cin || w.shape[2] != KL_DENSE_PANEL)) {
     snprintf(what, sizeof(what),
@@ -390,6 +394,65 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
   c.y = y.data;
   if (cfg_threads(fn, cfg[KL_CONV1D_TRANSPOSE_DW_CFG_NUM_THREADS], &c.num_threads)) return -1;
   const kl_status s = kl_f32_conv1d_transpose_dw(&c);
+  return s == KL_OK ? 0 : status_err(fn, s);
+}
+
+int kl_tvm_conv1d_transpose(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_CONV1D_TRANSPOSE_NAME;
+  char what[300];
+  const int64_t* cfg;
+  result->type_index = kTVMFFINone;
+  if (check_cfg(fn, args, nargs, KL_CONV1D_TRANSPOSE_CFG_N, &cfg)) return -1;
+  const int has_bias = cfg[KL_CONV1D_TRANSPOSE_CFG_HAS_BIAS] != 0;
+  const int64_t panels = cfg[KL_CONV1D_TRANSPOSE_CFG_W_PANELS];
+  if (panels != 0 && panels != 1) return errf("ValueError", fn, "unknown w layout in the config");
+  if (check_nargs(fn, nargs, 4 + has_bias)) return -1;
+  view x, w, bias, y;
+  if (conv_common(fn, args, has_bias, &x, &w, &bias, &y)) return -1;
+  kl_conv1d_transpose_args c;
+  memset(&c, 0, sizeof(c));
+  c.batch = x.shape[0];
+  c.cin = x.shape[1];
+  c.win = x.shape[2];
+  c.cout = y.shape[1];
+  c.wout = y.shape[2];
+  c.stride = cfg[KL_CONV1D_TRANSPOSE_CFG_STRIDE];
+  c.pad_l = cfg[KL_CONV1D_TRANSPOSE_CFG_PAD_L];
+  c.dilation = cfg[KL_CONV1D_TRANSPOSE_CFG_DILATION];
+  if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0)
+    return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
+  c.ksize = cfg[KL_CONV1D_TRANSPOSE_CFG_KSIZE];
+  if (c.ksize < 1 || c.stride % c.dilation)
+    return errf("ValueError", fn, "invalid config (ksize < 1, or dilation not a divisor of stride)");
+  const int64_t np = (c.cout + KL_DENSE_PANEL - 1) / KL_DENSE_PANEL;
+  if (panels && (w.shape[0] != np || w.shape[1] != c.ksize * c.cin || w.shape[2] != KL_DENSE_PANEL)) {
+    snprintf(what, sizeof(what),
+             "w packed by phase must be [%lld, %lld, %d] for %lld output channels, ksize %lld and "
+             "%lld input channels, got [%lld, %lld, %lld]",
+             (long long)np, (long long)(c.ksize * c.cin), KL_DENSE_PANEL, (long long)c.cout,
+             (long long)c.ksize, (long long)c.cin, (long long)w.shape[0], (long long)w.shape[1],
+             (long long)w.shape[2]);
+    return errf("ValueError", fn, what);
+  }
+  if (!panels && (w.shape[0] != c.cin || w.shape[1] != c.cout || w.shape[2] != c.ksize)) {
+    snprintf(what, sizeof(what),
+             "shapes do not match: x [%lld, %lld, %lld], w [%lld, %lld, %lld] (IOW), y [.., %lld, "
+             "%lld], ksize %lld",
+             (long long)c.batch, (long long)c.cin, (long long)c.win, (long long)w.shape[0],
+             (long long)w.shape[1], (long long)w.shape[2], (long long)c.cout, (long long)c.wout,
+             (long long)c.ksize);
+    return errf("ValueError", fn, what);
+  }
+  c.w_panels = (int)panels;
+  if (has_bias && numel(&bias) != c.cout)
+    return errf("ValueError", fn, "bias must have one value per output channel");
+  c.x = x.data;
+  c.w = w.data;
+  c.bias = has_bias ? bias.data : NULL;
+  c.y = y.data;
+  if (cfg_threads(fn, cfg[KL_CONV1D_TRANSPOSE_CFG_NUM_THREADS], &c.num_threads)) return -1;
+  const kl_status s = kl_f32_conv1d_transpose(&c);
   return s == KL_OK ? 0 : status_err(fn, s);
 }
 

@@ -10,6 +10,7 @@
 #define KL_TVM_MATMUL_NAME "kokoro_lstm.matmul_v1"
 #define KL_TVM_CONV1D_NAME "kokoro_lstm.conv1d_v1"
 #define KL_TVM_CONV1D_TRANSPOSE_DW_NAME "kokoro_lstm.conv1d_transpose_dw_v1"
+#define KL_TVM_CONV1D_TRANSPOSE_NAME "kokoro_lstm.conv1d_transpose_v1"
 #define KL_TVM_SOFTMAX_NAME "kokoro_lstm.softmax_v1"
 #define KL_TVM_ATTENTION_NAME "kokoro_lstm.attention_v1"
 
@@ -34,6 +35,11 @@ enum kl_tvm_conv1d_transpose_dw_cfg {
   KL_CONV1D_TRANSPOSE_DW_CFG_HAS_BIAS, KL_CONV1D_TRANSPOSE_DW_CFG_NUM_THREADS,
   KL_CONV1D_TRANSPOSE_DW_CFG_N
 };
+enum kl_tvm_conv1d_transpose_cfg {
+  KL_CONV1D_TRANSPOSE_CFG_ABI, KL_CONV1D_TRANSPOSE_CFG_STRIDE, KL_CONV1D_TRANSPOSE_CFG_PAD_L,
+  KL_CONV1D_TRANSPOSE_CFG_DILATION, KL_CONV1D_TRANSPOSE_CFG_KSIZE, KL_CONV1D_TRANSPOSE_CFG_HAS_BIAS,
+  KL_CONV1D_TRANSPOSE_CFG_NUM_THREADS, KL_CONV1D_TRANSPOSE_CFG_W_PANELS, KL_CONV1D_TRANSPOSE_CFG_N
+};
 enum kl_tvm_softmax_cfg { KL_SOFTMAX_CFG_ABI, KL_SOFTMAX_CFG_NUM_THREADS, KL_SOFTMAX_CFG_N };
 enum kl_tvm_attention_cfg {
   KL_ATTENTION_CFG_ABI, KL_ATTENTION_CFG_Q_LAYOUT, KL_ATTENTION_CFG_K_LAYOUT,
@@ -45,6 +51,8 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
 int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
                                TVMFFIAny* result);
+
+int kl_tvm_conv1d_transpose(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 
 int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);
 int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result);

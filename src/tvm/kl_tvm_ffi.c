@@ -20,6 +20,7 @@
 
 #include "kl_tvm.h"
 #include "kl_tvm_dense.h"
+#include "kl_tvm_random.h"
 #include "kokoro_lstm.h"
 
 static kl_tvm_api g_api;
@@ -197,8 +198,12 @@ static const kl_tvm_func FUNCS[] = {
     {KL_TVM_MATMUL_NAME, kl_tvm_matmul},
     {KL_TVM_CONV1D_NAME, kl_tvm_conv1d},
     {KL_TVM_CONV1D_TRANSPOSE_DW_NAME, kl_tvm_conv1d_transpose_dw},
+    {KL_TVM_CONV1D_TRANSPOSE_NAME, kl_tvm_conv1d_transpose},
     {KL_TVM_SOFTMAX_NAME, kl_tvm_softmax},
     {KL_TVM_ATTENTION_NAME, kl_tvm_attention},
+    /* counter-based noise (kl_tvm_random.c) */
+    {KL_TVM_RANDOM_NAME, kl_tvm_random},
+    {KL_TVM_FRESH_SEED_NAME, kl_tvm_fresh_seed},
 };
 
 /* What tvm-ffi calls: the function (self) with this thread's parallel work on
