@@ -29,8 +29,10 @@ in NumPy. Idle workers block on a pipe. In each round every worker in turn (orde
 rotating) sleeps ``--settle-ms`` then times one whole call and one decoder call.
 Medians and minima over ``--rounds``; ratios are runtime / PyTorch (< 1: faster).
 
-Check first: every runtime's frame count and sample count must agree and its audio be
-finite; the compiled whole model and decoder run with a seed against PyTorch under
+PyTorch times KModel as kokoro builds it (torch.stft). Check first: every runtime's
+frame count and sample count must agree and its audio be finite; the compiled whole
+model and decoder run with a seed against PyTorch's KModel(disable_complex=True) (the
+STFT as convolutions, as port-decoder compiles it) under
 ``kokoro_lstm.noise.counter_noise`` with that seed (the same noise): max-abs within
 ``--atol``. ONNX Runtime draws its own noise: only lengths and finiteness are checked.
 
@@ -295,11 +297,16 @@ def worker(runtime, nth, a_dir, tokens, settle_s, dump):
 
         try:
             from kokoro_lstm.noise import counter_noise
-
-            with counter_noise(m, SEED):
-                check = {"whole": whole(), "decoder": decoder(), "seeded": True}
         except ImportError:
             check = {"whole": whole(), "decoder": decoder(), "seeded": False}
+        else:
+            # the check's model computes the STFT as convolutions, as the compiled
+            # decoder does (torch.stft's phase differs where the spectrum is ~0)
+            mc = _kmodel(os.path.join(a_dir, "weights.pth"), disable_complex=True)
+            with torch.inference_mode(), counter_noise(mc, SEED):
+                check = {"whole": mc.forward_with_tokens(ids, ref_s, 1)[0].numpy(),
+                         "decoder": mc.decoder(*dec).numpy(), "seeded": True}
+            del mc
     elif runtime == "ort":
         import onnxruntime as ort
 

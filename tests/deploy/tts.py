@@ -36,9 +36,11 @@ def config():
     return cfg
 
 
-def kmodel(weights=None, seed=0, frames_per_token=3, jitter=0.0):
+def kmodel(weights=None, seed=0, frames_per_token=3, jitter=0.0, disable_complex=True):
     """KModel (eval): loaded from ``weights`` (.pth), or random (seeded) with the
-    duration head set as the module docstring says."""
+    duration head set as the module docstring says. ``disable_complex`` True: the STFT
+    as convolutions (CustomSTFT), what port-decoder compiles and kokoro-onnx exports;
+    torch.stft's numbers differ where the source's spectrum is near zero (its phase)."""
     import kokoro
 
     cfg = config()
@@ -52,7 +54,8 @@ def kmodel(weights=None, seed=0, frames_per_token=3, jitter=0.0):
 
             empty = tempfile.NamedTemporaryFile(suffix=".pth", delete=False).name
             torch.save({}, empty)
-        m = kokoro.KModel(repo_id="hexgrad/Kokoro-82M", config=cfg, model=weights or empty)
+        m = kokoro.KModel(repo_id="hexgrad/Kokoro-82M", config=cfg, model=weights or empty,
+                         disable_complex=disable_complex)
     m.eval().requires_grad_(False)
     if weights is None:
         import os
