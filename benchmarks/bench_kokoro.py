@@ -16,7 +16,10 @@ random ids; ref_s is random. The decoder alone runs on KModel's own decoder inpu
 can be carried to a machine without TVM: ``weights.pth``, ``inputs_t{T}.npz``, the ONNX
 files (exported where torch is) and ``tvm_t{T}/`` (the artifacts, compiled only where
 ``tvm`` imports; ``port-encoder`` at T tokens, bert at T, f0n at k x T frames;
-``port-decoder --seq-len k x T``; run-time thread count). A runtime whose pieces are
+``port-decoder --seq-len k x T``; run-time thread count). Where ``tvm`` is absent the
+compiled worker needs tvm_ffi (the apache-tvm-ffi wheel), ``KOKORO_BENCH_TVM_RUNTIME``
+(the wheel's ``libtvm_runtime.so``, carried) and the OpenBLAS the libraries were
+linked against (the scipy_openblas32 wheel). A runtime whose pieces are
 missing (no ``tvm`` and no artifacts, no ``onnxruntime``, no ``kokoro``) is skipped
 with a note in the table and the JSON.
 
@@ -221,6 +224,11 @@ def prepare(a, notes):
             else:
                 _sub("onnx", weights, inputs, whole, dec)
         tdir = os.path.join(a.dir, "tvm_t%d" % T)
+        if ok["tvm"] and os.path.exists(os.path.join(tdir, "done")) and not has_tvm:
+            if not (_importable("tvm_ffi") and os.environ.get("KOKORO_BENCH_TVM_RUNTIME")):
+                ok["tvm"] = False
+                notes.append("tvm: skipped (artifacts but no tvm: needs tvm_ffi and "
+                             "KOKORO_BENCH_TVM_RUNTIME=path/to/libtvm_runtime.so)")
         if ok["tvm"] and not os.path.exists(os.path.join(tdir, "done")):
             if not has_tvm:
                 ok["tvm"] = False
@@ -333,9 +341,14 @@ def worker(runtime, nth, a_dir, tokens, settle_s, dump):
 
         import tvm_ffi_loader as L
 
-        spec = importlib.util.find_spec("tvm")  # the runtime library only: tvm not imported
-        rt = os.environ.get("KOKORO_BENCH_TVM_RUNTIME") or os.path.join(
-            os.path.dirname(spec.origin), "lib", "libtvm_runtime.so")
+        rt = os.environ.get("KOKORO_BENCH_TVM_RUNTIME")
+        if not rt:  # the wheel's runtime library; tvm itself is not imported
+            spec = importlib.util.find_spec("tvm")
+            rt = os.path.join(os.path.dirname(spec.origin), "lib", "libtvm_runtime.so")
+        try:  # the engine linked into the libraries needs this OpenBLAS's soname
+            L.preload_blas()
+        except ImportError:
+            pass
         tdir = os.path.join(a_dir, "tvm_t%d" % tokens)
         fns = {c: L.load(os.path.join(tdir, "%s_compiled.so" % c), c + "_forward", rt, nth)
                for c in ("bert", "duration", "f0n", "text_encoder")}

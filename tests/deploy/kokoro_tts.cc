@@ -402,9 +402,13 @@ struct Pipeline {
     Input(bert, 0, "input_ids", 2);
     Input(duration, 0, "d_en", 3);
     Input(text, 0, "tokens", 2);
-    if (f0n.f0n_input == "d")
+    if (f0n.f0n_input == "d") {
       Input(f0n, 1, "frame_token", 2);
-    else
+      if (Input(f0n, 0, "d", 3).shape[1] != TextLen())
+        throw UsageError("f0n takes d of " + std::to_string(f0n.inputs[0].shape[1]) +
+                         " tokens, duration gives " + std::to_string(TextLen()) +
+                         ": export them with the same --seq-len");
+    } else
       Input(f0n, 0, "en", 3);
     if (with_decoder) decoders = FindDecoders(dir);
   }
