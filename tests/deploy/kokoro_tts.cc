@@ -30,7 +30,7 @@
 // noise as kokoro_lstm.noise.counter_noise(model, seed)); without it decoder_forward
 // draws fresh noise. --float: 32-bit float WAV (default 16-bit PCM, clipped to [-1, 1]).
 // --threads: TVM's thread pool and KOKORO_LSTM_NUM_THREADS (set before any library loads).
-// --trace: raw float32/int64 files of the intermediates (pred_dur, d_en, logits, d, en,
+// --trace (created if missing): raw float32/int64 files of the intermediates (pred_dur, d_en, logits, d, en,
 // F0, N, t_en, asr, audio) and trace.txt (name dtype shape per line).
 // --encoder-only: stop before the decoder (no decoder needed, no WAV): --trace only.
 // --repeat N: synthesize N times; prints one JSON line with each call's milliseconds and
@@ -45,6 +45,7 @@
 #include <tvm/ffi/function.h>
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -675,6 +676,8 @@ int Run(int argc, char** argv) {
     static const ffi::Function config = ffi::Function::GetGlobalRequired("runtime.config_threadpool");
     config(0, static_cast<int>(threads));
   }
+  if (!trace_dir.empty() && mkdir(trace_dir.c_str(), 0777) != 0 && errno != EEXIST)
+    throw UsageError("cannot create --trace folder " + trace_dir + ": " + std::strerror(errno));
   Trace trace{trace_dir, ""};
   const int64_t* sp = has_seed ? &seed : nullptr;
   std::vector<double> calls;
