@@ -23,6 +23,24 @@ linked against (the scipy_openblas32 wheel). A runtime whose pieces are
 missing (no ``tvm`` and no artifacts, no ``onnxruntime``, no ``kokoro``) is skipped
 with a note in the table and the JSON.
 
+``--prepare DIR`` (here, with TVM; no timing) builds into DIR/stage the weights (Kokoro's
+random init made compressible: every parameter +-2^k at its init's scale, the signs of
+its first ``--period`` values repeated; the same shapes, scale and work), the inputs and
+the artifacts of every ``--tokens``, and packs them with libtvm_runtime.so, the OpenBLAS
+the artifacts link (and its libgfortran, libquadmath), and the kokoro, loguru and
+apache-tvm-ffi (``--device-python``) wheels into DIR/bundle.tar.gz.00, .01, ... of at
+most ``--part-mib`` each (DIR/manifest.json lists them). ``--artifacts DIR`` on the other
+machine unpacks the parts to DIR/unpacked, installs the wheels whose modules are missing
+into DIR/unpacked/site, exports the ONNX files there with its own torch and runs as
+above from DIR/unpacked/stage. KModel needs torch, transformers and huggingface_hub;
+kokoro's G2P (misaki) and attrs, which KModel never uses, are stubbed where missing.
+The same-noise check needs kokoro_lstm built there (its ops); without it PyTorch's
+audio is only checked for length and finiteness.
+
+    python benchmarks/bench_kokoro.py --prepare .bench-kokoro-dev --tokens 64,256
+    python3 benchmarks/bench_kokoro.py --artifacts .bench-kokoro-dev --tokens 64,256 \
+        --threads 1,2,16 --label h100-host
+
 Workers: one process per runtime and (tokens, threads), its thread count set before
 it starts (torch.set_num_threads(n); ORT intra_op_num_threads=n, inter_op 1;
 TVM_NUM_THREADS and KOKORO_LSTM_NUM_THREADS = n; OMP/MKL/OpenBLAS variables = n).
@@ -44,13 +62,17 @@ Writes benchmarks/results/kokoro_<label>.json.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
 import platform
 import statistics
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 
 from _machine import cpu_name
@@ -86,6 +108,34 @@ def _config():
     return cfg
 
 
+#: Modules ``import kokoro`` pulls in that KModel never uses (KPipeline's G2P, an unused
+#: import of custom_stft.py): stubbed where they are not installed.
+KOKORO_UNUSED = {"misaki": ("en", "espeak"), "attr": ("attr",)}
+
+
+def _import_kokoro():
+    """``import kokoro``; where misaki (KPipeline's G2P) or attrs is not installed, empty
+    stand-ins let KModel import; any other missing module is a clear error."""
+    import types
+
+    while True:
+        try:
+            import kokoro
+
+            return kokoro
+        except ModuleNotFoundError as e:
+            if e.name not in KOKORO_UNUSED or e.name in sys.modules:
+                raise SystemExit("kokoro cannot be imported: module %r is missing (KModel "
+                                 "needs torch, transformers, huggingface_hub and loguru; "
+                                 "--prepare bundles the kokoro and loguru wheels)"
+                                 % e.name) from e
+            mod = sys.modules[e.name] = types.ModuleType(e.name)
+            for child in KOKORO_UNUSED[e.name]:
+                sub = types.ModuleType(e.name + "." + child)
+                sub.__getattr__ = lambda n: type(n, (), {})  # names used in annotations
+                setattr(mod, child, sub)
+
+
 def _kmodel(weights, disable_complex=False):
     import contextlib
     import io
@@ -93,14 +143,29 @@ def _kmodel(weights, disable_complex=False):
 
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import kokoro
-
+        kokoro = _import_kokoro()
         m = kokoro.KModel(repo_id="hexgrad/Kokoro-82M", config=_config(), model=weights,
                           disable_complex=disable_complex)
     return m.eval().requires_grad_(False)
 
 
-def prep_weights(path, seed, fpt):
+def compressible_(module, period):
+    """Every float parameter p becomes 2**round(log2(rms(p))) times the signs of its
+    random init's first ``period`` values, repeated: the same shapes and scale (so the
+    same work), and weight_norm's folded weights repeat too, so the artifacts compress."""
+    import torch
+
+    with torch.no_grad():
+        for prm in module.parameters():
+            flat = prm.view(-1)
+            rms = float(flat.double().pow(2).mean().sqrt())
+            if rms > 0 and prm.is_floating_point():
+                signs = torch.where(flat[:period] < 0, -1.0, 1.0)
+                signs = signs.repeat(-(-flat.numel() // period))[:flat.numel()]
+                flat.copy_(signs * 2.0 ** round(math.log2(rms)))
+
+
+def prep_weights(path, seed, fpt, period=0):
     import torch
 
     empty = path + ".empty.pth"
@@ -108,6 +173,8 @@ def prep_weights(path, seed, fpt):
     torch.manual_seed(seed)
     m = _kmodel(empty)
     os.remove(empty)
+    if period:
+        compressible_(m, period)
     lin = m.predictor.duration_proj.linear_layer
     p = fpt / _config()["max_dur"]
     with torch.no_grad():
@@ -148,9 +215,9 @@ def prep_onnx(weights, inputs, whole_path, decoder_path):
     import numpy as np
     import torch
 
+    m = _kmodel(weights, disable_complex=True)  # imports kokoro (_import_kokoro)
     from kokoro.model import KModelForONNX
 
-    m = _kmodel(weights, disable_complex=True)
     z = np.load(inputs)
     ids, ref_s = torch.from_numpy(z["ids"]), torch.from_numpy(z["ref_s"])
     with warnings.catch_warnings(), torch.no_grad():
@@ -192,13 +259,26 @@ def _sub(*args):
 
 
 def _importable(mod):
-    r = subprocess.run([PY, "-c", "import %s" % mod], capture_output=True, env=_env(0))
+    code = ("from bench_kokoro import _import_kokoro; _import_kokoro()" if mod == "kokoro"
+            else "import %s" % mod)
+    r = subprocess.run([PY, "-c", code], capture_output=True, env=_env(0))
     return r.returncode == 0
 
 
-def prepare(a, notes):
-    """Fill --dir with what each runtime needs; returns the runtimes that can run."""
+def prepare(a, notes, want=RUNTIMES):
+    """Fill --dir with what the runtimes in ``want`` need; returns those that can run."""
     os.makedirs(a.dir, exist_ok=True)
+    params = {"seed": a.seed, "period": a.period, "frames_per_token": a.frames_per_token}
+    ppath = os.path.join(a.dir, "params.json")
+    if os.path.exists(ppath):
+        with open(ppath) as f:
+            had = json.load(f)
+        if had != params:
+            raise SystemExit("%s holds weights and inputs for %s, not %s: use another --dir "
+                             "or remove it" % (a.dir, had, params))
+    else:
+        with open(ppath, "w") as f:
+            json.dump(params, f)
     ok = {"torch": _importable("kokoro") and _importable("torch")}
     if not ok["torch"]:
         notes.append("torch: skipped (torch or kokoro cannot be imported)")
@@ -206,12 +286,12 @@ def prepare(a, notes):
     if not os.path.exists(weights):
         if not ok["torch"]:
             raise SystemExit("no %s and no torch + kokoro to make it" % weights)
-        _sub("weights", weights, a.seed, a.frames_per_token)
-    ok["ort"] = _importable("onnxruntime")
-    if not ok["ort"]:
+        _sub("weights", weights, a.seed, a.frames_per_token, a.period)
+    ok["ort"] = "ort" in want and _importable("onnxruntime")
+    if not ok["ort"] and "ort" in want:
         notes.append("ort: skipped (onnxruntime cannot be imported)")
     has_tvm = _importable("tvm")
-    ok["tvm"] = True
+    ok["tvm"] = "tvm" in want
     for T in a.tokens:
         inputs = os.path.join(a.dir, "inputs_t%d.npz" % T)
         if not os.path.exists(inputs):
@@ -222,7 +302,12 @@ def prepare(a, notes):
                 ok["ort"] = False
                 notes.append("ort: skipped (no ONNX files and no torch + kokoro to export)")
             else:
-                _sub("onnx", weights, inputs, whole, dec)
+                try:
+                    _sub("onnx", weights, inputs, whole, dec)
+                except RuntimeError as e:
+                    ok["ort"] = False
+                    notes.append("ort: skipped (the ONNX export failed: %s)"
+                                 % str(e).strip().splitlines()[-1])
         tdir = os.path.join(a.dir, "tvm_t%d" % T)
         if ok["tvm"] and os.path.exists(os.path.join(tdir, "done")) and not has_tvm:
             if not (_importable("tvm_ffi") and os.environ.get("KOKORO_BENCH_TVM_RUNTIME")):
@@ -242,7 +327,217 @@ def prepare(a, notes):
                 _sub("tvm", weights, T, T * a.frames_per_token, tdir)
                 with open(os.path.join(tdir, "done"), "w") as f:
                     f.write("%.1f s\n" % (time.perf_counter() - t0))
-    return [r for r in RUNTIMES if ok[r]]
+    return [r for r in RUNTIMES if ok[r] and r in want]
+
+
+# ---------------------------------------------------------------------------------------
+# --prepare / --artifacts: the cache as bundle parts for a machine without TVM
+# ---------------------------------------------------------------------------------------
+BUNDLE = "bundle.tar.gz"
+#: Wheels a machine with torch may lack: kokoro and its logger (from the repo's .whl/ or
+#: pip's cache) and apache-tvm-ffi for the device's Python (fetched by pip download).
+BUNDLE_WHEELS = ("kokoro", "loguru")
+#: Shared libraries the artifacts need that a bare machine may not have, by soname prefix.
+BUNDLE_LIBS = ("libopenblas", "libgfortran", "libquadmath", "libscipy_openblas")
+
+
+class _Parts:
+    """A write-only file object that splits what it is given into ``prefix.00``,
+    ``prefix.01``, ... of at most ``size`` bytes each."""
+
+    def __init__(self, prefix, size):
+        self.prefix, self.size, self.names, self.f, self.left = prefix, size, [], None, 0
+
+    def write(self, b):
+        b = memoryview(b).cast("B")
+        n_in = len(b)
+        while len(b):
+            if self.left == 0:
+                if self.f:
+                    self.f.close()
+                self.names.append("%s.%02d" % (self.prefix, len(self.names)))
+                self.f, self.left = open(self.names[-1], "wb"), self.size
+            n = min(self.left, len(b))
+            self.f.write(b[:n])
+            self.left -= n
+            b = b[n:]
+        return n_in
+
+    def close(self):
+        if self.f:
+            self.f.close()
+
+
+def _needed_libs(libs):
+    """Resolved paths (``ldd``) of the BUNDLE_LIBS the given libraries need, dependencies
+    first (the order to preload them)."""
+    found = []
+    todo = list(libs)
+    while todo:
+        r = subprocess.run(["ldd", todo.pop()], capture_output=True, text=True, check=True)
+        for line in r.stdout.splitlines():
+            parts = line.split("=>")
+            if len(parts) == 2 and parts[0].strip().startswith(BUNDLE_LIBS):
+                path = parts[1].split("(")[0].strip()
+                if path not in found:
+                    found.insert(0, path)
+                    todo.append(path)
+    return found
+
+
+def _wheel(name, dest, py_version):
+    """The wheel of installed distribution ``name`` in ``dest`` (from .whl/ of this repo or
+    of /work/main, else pip download); returns its file name."""
+    import glob
+    from importlib.metadata import version
+
+    v = version(name)
+    stem = name.replace("-", "_")
+    if name == "apache-tvm-ffi":
+        tag = "-cp" + py_version.replace(".", "") + "-"
+        pats = ["%s-%s-*%s*.whl" % (stem, v, tag)]
+    else:
+        tag = ""
+        pats = ["%s-%s-*.whl" % (stem, v)]
+    for d in (dest, os.path.join(ROOT, ".whl"), "/work/main/.whl"):
+        hits = [f for pat in pats for f in glob.glob(os.path.join(d, pat))]
+        if hits:
+            if os.path.dirname(hits[0]) != dest:
+                shutil.copy(hits[0], dest)
+            return os.path.basename(hits[0])
+    cmd = [PY, "-m", "pip", "download", "-q", "--only-binary=:all:", "--no-deps",
+           "%s==%s" % (name, v), "-d", dest]
+    if tag:
+        cmd += ["--python-version", py_version, "--platform", "manylinux_2_28_x86_64"]
+    subprocess.run(cmd, check=True)
+    return os.path.basename([f for pat in pats for f in glob.glob(os.path.join(dest, pat))][0])
+
+
+def write_bundle(a, out):
+    """``--prepare``: pack --dir's weights, inputs and artifacts for ``a.tokens``, TVM's
+    runtime library, the BLAS the artifacts need and the wheels into ``out``/bundle.tar.gz.NN,
+    each at most ``a.part_mib`` MiB; returns the manifest (also in the bundle)."""
+    import tvm.libinfo
+
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        if f.startswith(BUNDLE + "."):
+            os.remove(os.path.join(out, f))
+    files = ["weights.pth"]  # paths relative to --dir, as the stage keeps them
+    libs = []
+    for T in a.tokens:
+        files.append("inputs_t%d.npz" % T)
+        tdir = "tvm_t%d" % T
+        for f in sorted(os.listdir(os.path.join(a.dir, tdir))):
+            if f.endswith(".so") or f == "done":
+                files.append(os.path.join(tdir, f))
+                if f.endswith(".so"):
+                    libs.append(os.path.join(a.dir, tdir, f))
+    runtime = tvm.libinfo.find_libtvm_runtime()
+    runtime = runtime if isinstance(runtime, str) else runtime[0]
+    preload = _needed_libs(libs)
+    with tempfile.TemporaryDirectory(prefix="bench-kokoro-wheels-") as wd:
+        wheels = [_wheel(n, wd, a.device_python) for n in BUNDLE_WHEELS + ("apache-tvm-ffi",)]
+        man = {"seed": a.seed, "period": a.period, "frames_per_token": a.frames_per_token,
+               "tokens": a.tokens, "files": files, "runtime": "libtvm_runtime.so",
+               "preload": [os.path.basename(x) for x in preload], "wheels": wheels,
+               "raw_bytes": sum(os.path.getsize(os.path.join(a.dir, f)) for f in files),
+               "versions": versions(("torch", "apache-tvm", "apache-tvm-ffi", "kokoro")),
+               "weights_rule": compressible_.__doc__.split(":")[0].replace("\n    ", " ")}
+        mpath = os.path.join(wd, "manifest.json")
+        with open(mpath, "w") as f:
+            json.dump(man, f, indent=1)
+        sink = _Parts(os.path.join(out, BUNDLE), int(a.part_mib * 2 ** 20))
+        try:
+            with gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=6, mtime=0) as gz, \
+                    tarfile.open(fileobj=gz, mode="w|") as tf:
+                tf.add(mpath, arcname="manifest.json")
+                for f in files:
+                    tf.add(os.path.join(a.dir, f), arcname=os.path.join("stage", f))
+                tf.add(os.path.realpath(runtime), arcname="libtvm_runtime.so")
+                for x in preload:  # the file, under the name the libraries ask for
+                    tf.add(os.path.realpath(x), arcname=os.path.join("lib", os.path.basename(x)))
+                for w in wheels:
+                    tf.add(os.path.join(wd, w), arcname=os.path.join("wheels", w))
+        finally:
+            sink.close()
+    man["parts"] = {os.path.basename(n): os.path.getsize(n) for n in sink.names}
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    return man
+
+
+class _Chain:
+    """A read-only file object over the bundle parts in order."""
+
+    def __init__(self, names):
+        self.names, self.f = list(names), None
+
+    def read(self, n=-1):
+        while self.names or self.f:
+            if self.f is None:
+                self.f = open(self.names.pop(0), "rb")
+            b = self.f.read(n)
+            if b:
+                return b
+            self.f.close()
+            self.f = None
+        return b""
+
+
+def use_bundle(a):
+    """``--artifacts DIR``: unpack DIR/bundle.tar.gz.NN into DIR/unpacked (once per set of
+    parts), install the wheels whose modules are missing into DIR/unpacked/site, and point
+    --dir, PYTHONPATH, KOKORO_BENCH_TVM_RUNTIME and KOKORO_BENCH_PRELOAD at them."""
+    import importlib.util
+
+    names = sorted(os.path.join(a.artifacts, f) for f in os.listdir(a.artifacts)
+                   if f.startswith(BUNDLE + "."))
+    if not names:
+        raise SystemExit("--artifacts %s: no %s.NN parts there (made by --prepare)"
+                         % (a.artifacts, BUNDLE))
+    up = os.path.join(a.artifacts, "unpacked")
+    stamp = json.dumps({os.path.basename(n): os.path.getsize(n) for n in names})
+    sfile = os.path.join(up, "parts.json")
+    if not (os.path.exists(sfile) and open(sfile).read() == stamp):
+        if os.path.exists(up):
+            shutil.rmtree(up)
+        try:
+            with tarfile.open(fileobj=_Chain(names), mode="r|gz") as tf:
+                tf.extractall(up, filter="data")
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise SystemExit("--artifacts: the bundle parts %s do not unpack (%s): carry "
+                             "every part" % ([os.path.basename(n) for n in names], e))
+        with open(os.path.join(up, "manifest.json")) as f:
+            man = json.load(f)
+        site = os.path.join(up, "site")
+        missing = {"kokoro": "kokoro", "loguru": "loguru", "apache_tvm_ffi": "tvm_ffi"}
+        want = [w for w in man["wheels"]
+                if importlib.util.find_spec(missing[w.split("-")[0]]) is None]
+        if want:
+            subprocess.run([PY, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                            "--no-compile", "--target", site]
+                           + [os.path.join(up, "wheels", w) for w in want], check=True)
+        with open(sfile, "w") as f:
+            f.write(stamp)
+    with open(os.path.join(up, "manifest.json")) as f:
+        man = json.load(f)
+    lacking = [T for T in a.tokens if "inputs_t%d.npz" % T not in man["files"]]
+    if lacking:
+        raise SystemExit("--artifacts: the bundle has tokens %s, not %s (prepare them)"
+                         % (man["tokens"], lacking))
+    for k in ("seed", "period", "frames_per_token"):
+        setattr(a, k, man[k])
+    a.dir = os.path.join(up, "stage")
+    site = os.path.join(up, "site")
+    if os.path.isdir(site):
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [site] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        sys.path.insert(0, site)
+    os.environ["KOKORO_BENCH_TVM_RUNTIME"] = os.path.join(up, man["runtime"])
+    os.environ["KOKORO_BENCH_PRELOAD"] = os.pathsep.join(
+        os.path.join(up, "lib", x) for x in man["preload"])
+    return man
 
 
 # ---------------------------------------------------------------------------------------
@@ -345,6 +640,10 @@ def worker(runtime, nth, a_dir, tokens, settle_s, dump):
         if not rt:  # the wheel's runtime library; tvm itself is not imported
             spec = importlib.util.find_spec("tvm")
             rt = os.path.join(os.path.dirname(spec.origin), "lib", "libtvm_runtime.so")
+        import ctypes
+
+        for lib in filter(None, os.environ.get("KOKORO_BENCH_PRELOAD", "").split(os.pathsep)):
+            ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)  # carried BLAS, dependencies first
         try:  # the engine linked into the libraries needs this OpenBLAS's soname
             L.preload_blas()
         except ImportError:
@@ -373,7 +672,9 @@ def worker(runtime, nth, a_dir, tokens, settle_s, dump):
         f()
     np.savez(dump, whole=np.asarray(check["whole"]).reshape(-1),
              decoder=np.asarray(check["decoder"]).reshape(-1))
-    print("ready " + json.dumps({"seeded": check["seeded"]}), flush=True)
+    info = {"seeded": check["seeded"], "tvm_imported": "tvm" in sys.modules,
+            "kokoro_lstm_imported": "kokoro_lstm" in sys.modules}
+    print("ready " + json.dumps(info), flush=True)
     for line in sys.stdin:
         cmd = line.split()
         if not cmd or cmd[0] == "quit":
@@ -437,7 +738,7 @@ def bench(tokens, nth, runtimes, a, tmp):
         for w in workers.values():
             w.close()
     row = {"tokens": tokens, "threads": nth, "frames": tokens * a.frames_per_token,
-           "check": check, "runs": {"%s_%s" % k: v for k, v in times.items()}}
+           "check": check, "workers": {r: w.info for r, w in workers.items()}, "runs": {"%s_%s" % k: v for k, v in times.items()}}
     for (r, p), v in times.items():
         row["%s_%s_ms" % (r, p)] = statistics.median(v)
         row["%s_%s_min_ms" % (r, p)] = min(v)
@@ -481,7 +782,7 @@ def main(argv=None):
     if argv and argv[0] == "--_prep":
         w = argv[1:]
         if w[0] == "weights":
-            return prep_weights(w[1], int(w[2]), int(w[3]))
+            return prep_weights(w[1], int(w[2]), int(w[3]), int(w[4]))
         if w[0] == "inputs":
             return prep_inputs(w[1], int(w[2]), int(w[3]), w[4])
         if w[0] == "onnx":
@@ -502,11 +803,32 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs")
     p.add_argument("--atol", type=float, default=1e-4,
                    help="compiled vs PyTorch audio bound under the same noise")
-    p.add_argument("--dir", default=os.path.join(ROOT, ".bench-kokoro"),
-                   help="cache of weights, inputs, ONNX files and TVM artifacts")
+    p.add_argument("--dir", help="cache of weights, inputs, ONNX files and TVM artifacts "
+                                 "(default .bench-kokoro, with --prepare DIR/stage)")
     p.add_argument("--label", default=platform.node() or "host")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    p.add_argument("--prepare", metavar="DIR",
+                   help="build here (with TVM) the weights, inputs and artifacts of --tokens "
+                        "into DIR/stage and pack them with what a machine without TVM needs "
+                        "into DIR/bundle.tar.gz.NN; no timing")
+    p.add_argument("--artifacts", metavar="DIR",
+                   help="run from the bundle parts --prepare wrote to DIR (unpacked to "
+                        "DIR/unpacked; ONNX files exported there where torch is)")
+    p.add_argument("--period", type=int,
+                   help="sign period of the compressible weights (default 4093 with "
+                        "--prepare, else 0: plain random weights)")
+    p.add_argument("--part-mib", type=float, default=60.0,
+                   help="--prepare: largest bundle part (MiB)")
+    p.add_argument("--device-python", default="3.12",
+                   help="--prepare: Python version of the apache-tvm-ffi wheel to bundle")
     a = p.parse_args(argv)
+    if a.prepare and a.artifacts:
+        p.error("--prepare and --artifacts exclude each other")
+    if a.period is None:
+        a.period = 4093 if a.prepare else 0
+    if a.dir is None:
+        a.dir = os.path.join(a.prepare, "stage") if a.prepare else os.path.join(
+            ROOT, ".bench-kokoro")
     if not 1 <= a.frames_per_token < 50:
         p.error("--frames-per-token must be in 1..49")
     if any(t < 3 or t > 510 for t in a.tokens):
@@ -516,8 +838,22 @@ def main(argv=None):
     want = [r for r in a.runtimes.split(",") if r]
     if not want or any(r not in RUNTIMES for r in want):
         p.error("--runtimes: a comma-separated subset of " + ",".join(RUNTIMES))
+    if a.artifacts:
+        man = use_bundle(a)
+        print("bundle: tokens %s, weights period %d, %s" % (man["tokens"], man["period"],
+                                                             a.dir), flush=True)
     notes = []
-    runtimes = [r for r in prepare(a, notes) if r in want]
+    if a.prepare:
+        got = prepare(a, notes, ("torch", "tvm"))
+        if "tvm" not in got:
+            raise SystemExit("--prepare: no TVM artifacts: " + "; ".join(notes))
+        man = write_bundle(a, a.prepare)
+        for name, size in man["parts"].items():
+            print("%s  %.1f MiB" % (os.path.join(a.prepare, name), size / 2 ** 20))
+        print("raw %.1f MiB; manifest %s" % (man["raw_bytes"] / 2 ** 20,
+                                             os.path.join(a.prepare, "manifest.json")))
+        return
+    runtimes = prepare(a, notes, want)
     for n in notes:
         print("note: " + n, flush=True)
     if not runtimes:
@@ -537,7 +873,8 @@ def main(argv=None):
                                              "apache-tvm-ffi", "kokoro", "numpy"))},
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": argv, "runtimes": runtimes,
            "notes": notes, "tokens": a.tokens, "threads": a.threads, "rounds": a.rounds,
-           "frames_per_token": a.frames_per_token, "seed": a.seed, "rows": rows}
+           "frames_per_token": a.frames_per_token, "seed": a.seed, "period": a.period,
+           "bundle": man if a.artifacts else None, "rows": rows}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "kokoro_%s.json" % a.label)
     with open(path, "w") as f:
