@@ -861,12 +861,6 @@ def main(argv=None):
     import tempfile
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-kokoro-") as tmp:
-        for T in a.tokens:
-            for nth in a.threads:
-                row = bench(T, nth, runtimes, a, tmp)
-                rows.append(row)
-                print("\n".join(table([row], runtimes).splitlines()[-2:]), flush=True)
     out = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
                        "platform": platform.platform(), "label": a.label,
                        "versions": versions(("torch", "onnxruntime", "apache-tvm",
@@ -877,8 +871,14 @@ def main(argv=None):
            "bundle": man if a.artifacts else None, "rows": rows}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "kokoro_%s.json" % a.label)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    with tempfile.TemporaryDirectory(prefix="bench-kokoro-") as tmp:
+        for T in a.tokens:
+            for nth in a.threads:
+                row = bench(T, nth, runtimes, a, tmp)
+                rows.append(row)
+                print("\n".join(table([row], runtimes).splitlines()[-2:]), flush=True)
+                with open(path, "w") as f:  # after every row: a run cut short keeps them
+                    json.dump(out, f, indent=1)
     print()
     print(table(rows, runtimes))
     print("\nwritten %s" % path)
