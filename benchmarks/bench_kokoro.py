@@ -258,10 +258,14 @@ def _sub(*args):
         raise RuntimeError("preparing %s failed:\n%s" % (args[0], (r.stdout + r.stderr)[-3000:]))
 
 
-def _importable(mod):
+def _importable(mod, why=None):
+    """Whether ``mod`` imports in a fresh process; the last line of its error is appended
+    to the list ``why`` where it does not."""
     code = ("from bench_kokoro import _import_kokoro; _import_kokoro()" if mod == "kokoro"
             else "import %s" % mod)
-    r = subprocess.run([PY, "-c", code], capture_output=True, env=_env(0))
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=_env(0))
+    if r.returncode != 0 and why is not None:
+        why.append((r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1])
     return r.returncode == 0
 
 
@@ -279,9 +283,10 @@ def prepare(a, notes, want=RUNTIMES):
     else:
         with open(ppath, "w") as f:
             json.dump(params, f)
-    ok = {"torch": _importable("kokoro") and _importable("torch")}
+    why = []
+    ok = {"torch": _importable("torch", why) and _importable("kokoro", why)}
     if not ok["torch"]:
-        notes.append("torch: skipped (torch or kokoro cannot be imported)")
+        notes.append("torch: skipped (%s)" % why[-1])
     weights = os.path.join(a.dir, "weights.pth")
     if not os.path.exists(weights):
         if not ok["torch"]:
