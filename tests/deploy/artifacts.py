@@ -13,6 +13,7 @@ import torch
 import kokoro_lstm.torch_ops as ko
 
 RUNNER_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_artifact.cc")
+TTS_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kokoro_tts.cc")
 I, H, T = 6, 8, 7
 DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
           np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}
@@ -117,9 +118,10 @@ def runtime_libs():
     return incs, [ffi_lib, rt]
 
 
-def runner_command(cxx, exe, incs, libs, rpath=True):
-    """The compiler command that builds the runner ``exe`` against ``libs``."""
-    cmd = list(cxx) + ["-std=c++17", "-O1", "-o", str(exe), RUNNER_SOURCE]
+def runner_command(cxx, exe, incs, libs, rpath=True, source=RUNNER_SOURCE, opt="-O1"):
+    """The compiler command that builds the runner ``exe`` (from ``source``) against
+    ``libs``."""
+    cmd = list(cxx) + ["-std=c++17", opt, "-o", str(exe), source]
     cmd += [f"-isystem{d}" for d in incs]
     # --no-as-needed: nothing in the runner references libtvm_runtime, but loading it
     # registers the Relax VM (the executable's loader, the VM builtins).
