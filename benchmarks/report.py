@@ -34,6 +34,11 @@ SOURCES = [
      ["kmodel_zen4_2core.json"]),
     ("kmodel", "Kokoro's KModel end to end, unpatched vs patched: 16-core Xeon",
      ["kmodel_xeon16_t64.json", "kmodel_xeon16_t128.json", "kmodel_xeon16_t256.json"]),
+    ("kokoro", "The whole Kokoro compiled (port-encoder + port-decoder) vs PyTorch and ONNX Runtime: "
+     "the 2-core project VM (Xeon)", ["kokoro_xeon2core.json"]),
+    ("kokoro", "The whole Kokoro compiled vs PyTorch and ONNX Runtime: 16-core Xeon (lent machine, "
+     "artifacts without Python's tvm)",
+     ["kokoro_xeon16-t64.json", "kokoro_xeon16-t256.json", "kokoro_xeon16-t256-2-16.json"]),
     ("tvm", "TVM lowerings of one LSTM (Kokoro's shape)", ["tvm.json"]),
     ("cuda", "CUDA: patched nn.LSTM vs cuDNN", ["cuda_h100.json"]),
 ]
@@ -184,6 +189,32 @@ def render_kmodel(docs: list, names: list, results_dir: str) -> list[str]:
     return lines + [""]
 
 
+# ---- bench_kokoro.py (kokoro_*.json) -------------------------------------------------------
+
+def render_kokoro(docs: list, names: list, results_dir: str) -> list[str]:
+    d0 = docs[0]
+    m = d0["machine"]
+    lines = [f"{m['cpu']}, {m['cores']} cores, {d0['date'][:10]}; random weights made compressible "
+             f"(period {d0['period']}), {d0['frames_per_token']} frames per token; whole = tokens → "
+             "audio, decoder = Kokoro's Decoder alone. Each runtime in its own process, rounds "
+             "alternated; median (min) ms. torch = KModel eager, ort = ONNX Runtime on the legacy "
+             "export (disable_complex=True, as kokoro-onnx), tvm = the port-encoder / port-decoder "
+             "artifacts; ratios < 1: tvm faster. Compiled vs PyTorch under the same seed: max-abs "
+             "audio difference. Files: " + ", ".join(f"`results/{n}`" for n in names) + ".", "",
+             "| tokens | threads | part | torch ms | ort ms | tvm ms | tvm / torch | tvm / ort | audio max-abs |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for d in docs:
+        for r in d["rows"]:
+            for part in ("whole", "decoder"):
+                cell = lambda rt: (f"{_ms(r.get(f'{rt}_{part}_ms'))} ({_ms(r.get(f'{rt}_{part}_min_ms'))})")
+                err = r.get("check", {}).get(part, {}).get("tvm_vs_torch_max_abs")
+                lines.append(f"| {r['tokens']} | {r['threads']} | {part} | {cell('torch')} | {cell('ort')} | "
+                             f"{cell('tvm')} | {_ratio(r.get(f'tvm_{part}_ms'), r.get(f'torch_{part}_ms'))} | "
+                             f"{_ratio(r.get(f'tvm_{part}_ms'), r.get(f'ort_{part}_ms'))} | "
+                             f"{'—' if err is None else f'{err:.1e}'} |")
+    return lines + [""]
+
+
 # ---- bench_tvm.py (tvm.json) ---------------------------------------------------------------
 
 def render_tvm(docs: list, names: list, results_dir: str) -> list[str]:
@@ -224,7 +255,7 @@ def render_cuda(docs: list, names: list, results_dir: str) -> list[str]:
 
 
 RENDER = {"lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
-          "kmodel": render_kmodel, "tvm": render_tvm, "cuda": render_cuda}
+          "kmodel": render_kmodel, "kokoro": render_kokoro, "tvm": render_tvm, "cuda": render_cuda}
 
 
 def render(results_dir: str) -> str:
