@@ -29,6 +29,19 @@ def require(modname):
         pytest.skip(f"{modname} not installed ({e})", allow_module_level=True)
 
 
+# The CPU set this process started with. TVM's thread pool pins the thread that runs a
+# parallel module to one CPU and leaves it there; every later subprocess (timed calls,
+# Ctrl-C tests) would inherit that single CPU.
+_CPUS = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+
+@pytest.fixture(autouse=True)
+def _cpu_set_back():
+    yield
+    if _CPUS is not None and os.sched_getaffinity(0) != _CPUS:
+        os.sched_setaffinity(0, _CPUS)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long cases; always run in CI")
 
