@@ -374,9 +374,7 @@ def test_counter_noise_kokoro_decoder():
     istftnet = require("kokoro.istftnet")
     import warnings
 
-    cfg = {"upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6], "gen_istft_hop_size": 5,
-           "gen_istft_n_fft": 20, "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-           "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512}
+    from kokoro_lstm.cli._decoder import ISTFTNET as cfg
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # weight_norm's deprecation

@@ -14,16 +14,8 @@ import warnings
 
 import torch
 
-#: Kokoro-82M's config.json "istftnet" entry (the decoder's settings).
-ISTFTNET = {
-    "upsample_kernel_sizes": [20, 12],
-    "upsample_rates": [10, 6],
-    "gen_istft_hop_size": 5,
-    "gen_istft_n_fft": 20,
-    "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-    "resblock_kernel_sizes": [3, 7, 11],
-    "upsample_initial_channel": 512,
-}
+from kokoro_lstm.cli._decoder import ISTFTNET  # Kokoro-82M's decoder settings
+
 SAMPLE_RATE = 24000
 
 
