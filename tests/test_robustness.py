@@ -312,6 +312,10 @@ def test_keyboard_interrupt_stops_a_long_call(layers, bidirectional, nth):
         import os, signal, threading, time
         import numpy as np
         import kokoro_lstm as kl
+        # Python's own SIGINT handling, whatever the parent left (an ignored or blocked
+        # SIGINT is inherited by a child process).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
         m = kl.LSTM(8, 256, num_layers={layers}, bidirectional={bidirectional})
         x = np.ones((150000, 1, 8), np.float32)
         t0 = time.perf_counter()
