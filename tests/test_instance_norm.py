@@ -19,20 +19,25 @@ from kokoro_lstm.tvm import _dense  # noqa: E402
 F = torch.nn.functional
 
 
-def _extern(x, weight=None, bias=None, scale=None, shift=None, eps=1e-5, num_threads=0):
+def _extern(x, weight=None, bias=None, scale=None, shift=None, eps=1e-5, num_threads=0, snake=None):
     f = tvm_ffi.get_global_func(_dense.INSTANCE_NORM_FUNC)
     y = torch.empty_like(x)
     cfg = _dense.InstanceNormConfig(has_weight=int(weight is not None), has_bias=int(bias is not None),
                                     has_scale=int(scale is not None), has_shift=int(shift is not None),
-                                    eps_bits=_dense.f64_bits(eps), num_threads=num_threads)
-    args = [x] + [t for t in (weight, bias, scale, shift) if t is not None] + [y]
+                                    has_snake=int(snake is not None), eps_bits=_dense.f64_bits(eps),
+                                    num_threads=num_threads)
+    args = [x] + [t for t in (weight, bias, scale, shift) if t is not None] + list(snake or ()) + [y]
     f(tvm_ffi.Shape(list(cfg)), *[tvm_ffi.from_dlpack(t) for t in args])
     return y
 
 
-def _torch(x, weight=None, bias=None, scale=None, shift=None, eps=1e-5):
+def _torch(x, weight=None, bias=None, scale=None, shift=None, eps=1e-5, snake=None):
     y = F.instance_norm(x, weight=weight, bias=bias, eps=eps)
-    return y if scale is None else scale * y + shift
+    y = y if scale is None else scale * y + shift
+    if snake is not None:  # Kokoro's AdaINResBlock1: x + (1 / a) * sin(a * x) ** 2
+        a, c = (t.reshape(1, -1, *([1] * (x.dim() - 2))) for t in snake)
+        y = y + c * torch.sin(a * y) ** 2
+    return y
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 2), (1, 7, 5), (1, 512, 300), (2, 33, 1000), (3, 4, 2, 9)])
@@ -49,6 +54,27 @@ def test_matches_torch(shape):
             args = {k: (v.reshape(v.shape + (1,)) if k in ("scale", "shift") else v) for k, v in args.items()}
         got, want = _extern(x, **args), _torch(x, **args)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [0.5, 30.0, 3e4])
+def test_snake_matches_torch(scale):
+    """AdaIN then Snake in one call: PyTorch's numbers within 1e-5 relative (its sin is
+    SLEEF's, ours the f32-vsnake kernels'), up to arguments past the kernels' range
+    (3e4 * a beyond 65536: libm there); inf and NaN rows give NaN."""
+    g = torch.Generator().manual_seed(int(scale))
+    x = torch.randn(1, 40, 1003, generator=g) * 3 + 2
+    w, b = torch.randn(40, generator=g), torch.randn(40, generator=g)
+    sc, sh = 1 + torch.randn(1, 40, 1, generator=g), torch.randn(1, 40, 1, generator=g) * scale
+    a = torch.rand(40, generator=g) * 2 + 0.2
+    snake = (a, 1 / a)
+    got, want = _extern(x, w, b, sc, sh, snake=snake), _torch(x, w, b, sc, sh, snake=snake)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * scale)
+    for nth in (1, 2, 3):
+        assert torch.equal(_extern(x, w, b, sc, sh, snake=snake, num_threads=nth), got)
+    x[0, 7, 5], x[0, 9, 0] = float("nan"), float("inf")
+    got = _extern(x, w, b, sc, sh, snake=snake)
+    assert got[0, 7].isnan().all() and got[0, 9].isnan().all()
+    assert not got[0, :7].isnan().any() and not got[0, 10:].isnan().any()
 
 
 def test_threads_bitwise_and_in_place():
@@ -91,19 +117,23 @@ def test_bad_arguments():
     T = tvm_ffi.from_dlpack
     eps = _dense.f64_bits(1e-5)
     with pytest.raises(Exception, match="calling convention"):
-        f(tvm_ffi.Shape([2, 0, 0, 0, 0, eps, 0]), T(x), T(y))
+        f(tvm_ffi.Shape([2, 0, 0, 0, 0, 0, eps, 0]), T(x), T(y))
     with pytest.raises(Exception, match="expected 4 arguments"):
-        f(tvm_ffi.Shape([1, 1, 0, 0, 0, eps, 0]), T(x), T(y))
+        f(tvm_ffi.Shape([1, 1, 0, 0, 0, 0, eps, 0]), T(x), T(y))
     with pytest.raises(Exception, match="weight must hold C = 4"):
-        f(tvm_ffi.Shape([1, 1, 0, 0, 0, eps, 0]), T(x), T(torch.ones(5)), T(y))
+        f(tvm_ffi.Shape([1, 1, 0, 0, 0, 0, eps, 0]), T(x), T(torch.ones(5)), T(y))
     with pytest.raises(Exception, match="eps"):
-        f(tvm_ffi.Shape([1, 0, 0, 0, 0, _dense.f64_bits(-1.0), 0]), T(x), T(y))
+        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 0, _dense.f64_bits(-1.0), 0]), T(x), T(y))
     with pytest.raises(Exception, match="y must have x's shape"):
-        f(tvm_ffi.Shape([1, 0, 0, 0, 0, eps, 0]), T(x), T(torch.empty(1, 4, 7)))
+        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 0, eps, 0]), T(x), T(torch.empty(1, 4, 7)))
     with pytest.raises(Exception, match="3 or more"):
-        f(tvm_ffi.Shape([1, 0, 0, 0, 0, eps, 0]), T(torch.randn(4, 8)), T(torch.empty(4, 8)))
+        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 0, eps, 0]), T(torch.randn(4, 8)), T(torch.empty(4, 8)))
+    with pytest.raises(Exception, match="snake_c must hold C = 4"):
+        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 1, eps, 0]), T(x), T(torch.ones(4)), T(torch.ones(3)), T(y))
+    with pytest.raises(Exception, match="expected 5 arguments"):
+        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 1, eps, 0]), T(x), T(torch.ones(4)), T(y))
     with pytest.raises(Exception, match="compact"):
-        f(tvm_ffi.Shape([1, 0, 0, 0, 0, eps, 0]), T(torch.randn(1, 4, 16)[..., ::2]), T(y))
+        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 0, eps, 0]), T(torch.randn(1, 4, 16)[..., ::2]), T(y))
 
 
 # -- the Relax rewrite ---------------------------------------------------------------------
@@ -132,6 +162,47 @@ def test_adain_rewrite():
         got = run(x, s)[0]
         assert not np.isnan(got).any()
         np.testing.assert_allclose(got, m(x, s).numpy(), rtol=0, atol=2e-3)
+
+
+def test_snake_rewrite():
+    """Kokoro's AdaINResBlock1: each AdaIN1d and the Snake after it become one
+    instance_norm_v1 (six per block); PyTorch's numbers within 2e-5."""
+    istftnet = require("kokoro.istftnet")
+    torch.manual_seed(1)
+    m = istftnet.AdaINResBlock1(64, 3, (1, 3, 5), style_dim=128).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.3)
+        for a in list(m.alpha1) + list(m.alpha2):
+            a.uniform_(0.3, 2.0)
+    x, s = torch.randn(1, 64, 600), torch.randn(1, 128)
+    counts, run = _compile(m, (x, s))
+    assert counts.get("instance_norm") == 6 and counts.get("snake_fused") == 6
+    with torch.no_grad():
+        np.testing.assert_allclose(run(x, s)[0], m(x, s).numpy(), rtol=0, atol=2e-5)
+
+
+class _SnakeShared(torch.nn.Module):
+    """A Snake whose input is used again after it: not fused."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.InstanceNorm1d(32)
+        self.alpha = torch.nn.Parameter(torch.rand(1, 32, 1) + 0.5)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return y + (1 / self.alpha) * torch.sin(self.alpha * y) ** 2, y * 2
+
+
+def test_snake_not_fused_when_shared():
+    x = torch.randn(1, 32, 300)
+    m = _SnakeShared().eval()
+    counts, run = _compile(m, (x,))
+    assert counts.get("instance_norm") == 1 and not counts.get("snake_fused")
+    with torch.no_grad():
+        for got, want in zip(run(x), m(x)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-5)
 
 
 class _Norms(torch.nn.Module):

@@ -121,7 +121,7 @@ class AttentionConfig(NamedTuple):
     num_threads: int = 0
 
 
-# -- instance norm (i31-noise's block): instance_norm_v1 ---------------------------------
+# -- instance norm: instance_norm_v1 -----------------------------------------------------
 # TVM 0.27 legalizes relax.nn.instance_norm as rsqrt(E[x^2] - E[x]^2 + eps), NaN where
 # rounding makes that negative (a constant row: Kokoro's decoder on silence). The
 # engine's kernel (src/ops/norm.c) takes the centered variance in double: a constant
@@ -132,12 +132,13 @@ INSTANCE_NORM_FUNC = "kokoro_lstm.instance_norm_v1"
 
 
 class InstanceNormConfig(NamedTuple):
-    """``instance_norm_v1(cfg, x, [weight], [bias], [scale], [shift], y)``."""
+    """``instance_norm_v1(cfg, x, [weight], [bias], [scale], [shift], [snake_a, snake_c], y)``."""
     abi: int = ABI_VERSION
     has_weight: int = 0
     has_bias: int = 0
     has_scale: int = 0    # AdaIN: y = scale * norm + shift, C or N * C values each
     has_shift: int = 0
+    has_snake: int = 0    # then y + c * sin(a * y)^2, a and c C values each (Kokoro's Snake)
     eps_bits: int = 0     # the float64 epsilon's bits (f64_bits)
     num_threads: int = 0
 
@@ -199,10 +200,11 @@ def _per_channel(shape, n, c, nd):
 
 
 def _adain_rule(rw, call, m, scope):
-    """``scale * instance_norm(x) + shift`` (the norm and the product used once) as one
-    instance_norm_v1."""
+    """``scale * instance_norm(x) + shift`` (the product used once) as one
+    instance_norm_v1; a norm shared by several AdaINs (Kokoro's three resblocks on one
+    input) is recomputed by each, its statistics being cheaper than an unfused AdaIN."""
     norm, mul = m["norm"], m["mul"]
-    if not (scope.used_once(norm) and scope.used_once(mul)):
+    if not scope.used_once(mul):
         return None
     shift = next((a for a in call.args if not scope.value.get(a, a).same_as(mul)), None)
     scale = next((a for a in mul.args if not scope.value.get(a, a).same_as(norm)), None)
@@ -221,14 +223,55 @@ def _instance_norm_rule(rw, call, m, scope):
     return _instance_norm_call(rw, call)
 
 
+def _snake_pattern():
+    """Kokoro's Snake, ``x + c * sin(a * x) ** 2`` (the square as a power or a product),
+    each product and the sum in either order (``c`` is ``1 / a`` as exported; the check
+    needs only one value of each per channel)."""
+    from tvm.relax.dpl import is_const, wildcard
+
+    x = wildcard()
+    ann = {"x": x, "at": _either("relax.multiply", wildcard(), x)}
+    ann["sin"] = _op("relax.sin", ann["at"])
+    ann["sq"] = _op("relax.multiply", ann["sin"], ann["sin"]) | _op("relax.power", ann["sin"],
+                                                                    is_const())
+    ann["csq"] = _either("relax.multiply", wildcard(), ann["sq"])
+    return _either("relax.add", x, ann["csq"]), ann
+
+
+def _snake_rule(rw, call, m, scope):
+    """Snake on an instance_norm_v1's output (used only here; a and c one value per
+    channel) as the same call with ``has_snake``."""
+    norm = m["x"]
+    if (_op_name(norm) != "relax.call_dps_packed" or norm.args[0].global_symbol != INSTANCE_NORM_FUNC
+            or scope.uses.get(scope.var.get(norm), 0) != 2):
+        return None
+    sq = m["sq"]
+    if _op_name(sq) == "relax.power":
+        p = sq.args[1].value.numpy() if hasattr(sq.args[1].value, "numpy") else None
+        if p is None or p.size != 1 or float(p.reshape(())) != 2.0:
+            return None
+    sin_uses = 1 if _op_name(sq) == "relax.power" else 2
+    if not all(scope.used_once(m[k]) for k in ("at", "csq", "sq")) or scope.uses.get(
+            scope.var.get(m["sin"]), 0) != sin_uses:
+        return None
+    cfg = InstanceNormConfig(*[int(v) for v in norm.args[1].fields[0].values])
+    sx = _static_shape(scope.var[norm])
+    if cfg.has_snake or sx is None or _static_shape(call) != sx:
+        return None
+    a = next((e for e in m["at"].args if not scope.value.get(e, e).same_as(norm)), None)
+    c = next((e for e in m["csq"].args if not scope.value.get(e, e).same_as(m["sq"])), None)
+    if a is None or c is None or not all(_per_channel(_static_shape(t), 1, sx[1], len(sx)) for t in (a, c)):
+        return None
+    rw._count("snake_fused")
+    return extern_call(cfg._replace(has_snake=1), list(norm.args[1].fields[1:]) + [a, c], sx)
+
+
 #: extern name -> its config's schema
 CONFIGS = {MATMUL_FUNC: MatmulConfig, CONV1D_FUNC: Conv1dConfig,
            CONV1D_TRANSPOSE_DW_FUNC: Conv1dTransposeDwConfig,
            CONV1D_TRANSPOSE_FUNC: Conv1dTransposeConfig, SOFTMAX_FUNC: SoftmaxConfig,
-           ATTENTION_FUNC: AttentionConfig}
+           ATTENTION_FUNC: AttentionConfig, INSTANCE_NORM_FUNC: InstanceNormConfig}
 _FUNC_OF = {cls: name for name, cls in CONFIGS.items()}
-CONFIGS[INSTANCE_NORM_FUNC] = InstanceNormConfig  # i31-noise's block
-_FUNC_OF[InstanceNormConfig] = INSTANCE_NORM_FUNC
 
 
 def f32_bits(x) -> int:
@@ -995,7 +1038,7 @@ class _Rewriter:
             return None
         return extern_call(cfg._replace(o_layout=1), list(x.args[1].fields[1:]), (B, L, H, D))
 
-    adain, instance_norm = _adain_rule, _instance_norm_rule  # i31-noise's block
+    adain, instance_norm, snake = _adain_rule, _instance_norm_rule, _snake_rule
 
     def lstm_threads(self, call, m, scope):
         """The LSTM's engine call with ``num_threads`` compiled into its config."""
@@ -1024,7 +1067,8 @@ _RULES = ((_sdpa_pattern, "attention"), (_sdpa_out_pattern, "attention_out"),
           (_single("relax.matmul"), "matmul"), (_single("relax.nn.conv1d"), "conv1d"),
           (_single("relax.nn.conv1d_transpose"), "conv1d_transpose"),
           (_single("relax.nn.softmax", 1), "softmax"), (_lstm_pattern, "lstm_threads"),
-          (_adain_pattern, "adain"), (_instance_norm_pattern, "instance_norm"))
+          (_adain_pattern, "adain"), (_instance_norm_pattern, "instance_norm"),
+          (_snake_pattern, "snake"))
 
 
 def rewrite_dense(mod, num_threads=0):

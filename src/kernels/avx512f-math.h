@@ -9,7 +9,7 @@
 #define KL_INLINE static inline __attribute__((always_inline))
 #endif
 
-/* simd-math.h over __m512: kl_avx512f_exp, _clamp, _sigmoid, _tanh, _cell_update
+/* simd-math.h over __m512: kl_avx512f_exp, _clamp, _sigmoid, _tanh, _sinsq, _cell_update
  * (max/min return their second operand when either is NaN: x keeps its NaN). */
 #define KL_VF __m512
 #define KL_VNAME(name) kl_avx512f_##name

@@ -10,7 +10,7 @@
 #define KL_INLINE static inline __attribute__((always_inline))
 #endif
 
-/* simd-math.h over float32x4_t: kl_neon_exp, _clamp, _sigmoid, _tanh, _cell_update
+/* simd-math.h over float32x4_t: kl_neon_exp, _clamp, _sigmoid, _tanh, _sinsq, _cell_update
  * (FMIN/FMAX return NaN when either operand is NaN). */
 #define KL_VF float32x4_t
 #define KL_VNAME(name) kl_neon_##name

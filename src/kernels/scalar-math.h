@@ -7,6 +7,12 @@
 
 static inline float kl_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* sin(x)^2 as the square of libm's sinf (the Snake kernels' reference and far lanes). */
+static inline float kl_sinsqf(float x) {
+  const float s = sinf(x);
+  return s * s;
+}
+
 /* Gate epilogue for the 16 units of block blk; acc[g*16 + lane] = (W_hh h)[g, unit]. */
 static inline void kl_scalar_cell_update(const float acc[64], const float* gx, const float* bias,
                                          size_t Hp, size_t blk, float* c, float* h_out) {

@@ -1,6 +1,6 @@
 /* Template: the float32 vector math of the SIMD kernels, written once. An ISA's
  * <isa>-math.h maps the vector type and operations, then includes this file,
- * which defines kl_<isa>_exp, _clamp, _sigmoid, _tanh and _cell_update:
+ * which defines kl_<isa>_exp, _clamp, _sigmoid, _tanh, _sinsq and _cell_update:
  *   KL_VF               the vector type;  KL_VNAME(name)  kl_<isa>_##name
  *   KL_VSET1(s)         broadcast;  KL_VADD, KL_VSUB, KL_VMUL, KL_VDIV, KL_VMIN, KL_VMAX
  *   KL_VNEG(x)          -x;  KL_VFMADD(a, b, c) a*b + c, KL_VFNMADD(a, b, c) c - a*b (fused)
@@ -39,6 +39,25 @@ KL_INLINE KL_VF KL_VNAME(tanh)(KL_VF x) {
   const KL_VF e = KL_VNAME(exp)(KL_VNAME(clamp)(KL_VADD(x, x), -87.0f, 89.0f));
   const KL_VF q = KL_VDIV(KL_VSET1(2.0f), KL_VADD(KL_VSET1(1.0f), e));
   return KL_VSUB(KL_VSET1(1.0f), q);
+}
+
+/* sin(x)^2 for |x| <= KL_SINSQ_RANGE (internal.h; beyond it, and for inf and NaN, the kernels
+ * take libm's sinf). sin^2 has period pi: x = q pi + r with pi in four parts
+ * (q pi exact for such q), then sin(r) = r + r^3 P(r^2) on [-pi/2, pi/2]; within
+ * 6 ulp of sin(x)^2 over the range (test_core.c). */
+KL_INLINE KL_VF KL_VNAME(sinsq)(KL_VF x) {
+  const KL_VF q = KL_VROUND(KL_VMUL(x, KL_VSET1(0.318309886183790671538f)));
+  KL_VF r = KL_VFNMADD(q, KL_VSET1(3.140625f), x);
+  r = KL_VFNMADD(q, KL_VSET1(9.670257568359375e-4f), r);
+  r = KL_VFNMADD(q, KL_VSET1(6.2771141529083251953e-7f), r);
+  r = KL_VFNMADD(q, KL_VSET1(1.2154201256553420762e-10f), r);
+  const KL_VF s = KL_VMUL(r, r);
+  KL_VF p = KL_VSET1(2.605801228128257e-6f);
+  p = KL_VFMADD(p, s, KL_VSET1(-1.980961242225021e-4f));
+  p = KL_VFMADD(p, s, KL_VSET1(8.33306647837162e-3f));
+  p = KL_VFMADD(p, s, KL_VSET1(-0.16666659712791443f));
+  const KL_VF sn = KL_VFMADD(KL_VMUL(r, s), p, r);
+  return KL_VMUL(sn, sn);
 }
 
 /* Gate epilogue for one row and one vector of units starting at u:

@@ -43,7 +43,7 @@ static double row_sq_dev(const float* x, int64_t n, double mean) {
   return s;
 }
 
-static void norm_row(const kl_instance_norm_args* a, int64_t r) {
+static void norm_row(const kl_instance_norm_args* a, kl_f32_vsnake_fn snake, int64_t r) {
   const int64_t c = r % a->channels, L = a->length;
   const float* x = a->x + r * L;
   float* y = a->y + r * L;
@@ -55,10 +55,12 @@ static void norm_row(const kl_instance_norm_args* a, int64_t r) {
   const double t = a->shift ? a->shift[a->shift_per_batch ? r : c] : 0.0;
   const float m = (float)mean, k = (float)(rstd * w * s), off = (float)(b * s + t);
   for (int64_t i = 0; i < L; i++) y[i] = (x[i] - m) * k + off;
+  if (snake) snake((size_t)L, y, a->snake_a[c], a->snake_c[c], y);
 }
 
 typedef struct norm_job {
   const kl_instance_norm_args* a;
+  kl_f32_vsnake_fn snake;
   int64_t rows;
   atomic_llong next;
 } norm_job;
@@ -70,7 +72,7 @@ static void norm_task(void* ctx, int ith, int nth) {
   for (;;) {
     const int64_t r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
     if (r >= j->rows) return;
-    norm_row(j->a, r);
+    norm_row(j->a, j->snake, r);
   }
 }
 
@@ -81,19 +83,21 @@ kl_status kl_f32_instance_norm(const kl_instance_norm_args* a) {
   }
   const int64_t rows = a->batch * a->channels;
   if (rows == 0 || a->length == 0) return KL_OK;
-  if (!a->x || !a->y) {
-    kl_set_error("instance_norm: x and y are required");
+  if (!a->x || !a->y || !a->snake_a != !a->snake_c) {
+    kl_set_error("instance_norm: x and y are required, snake_a and snake_c both or neither");
     return KL_ERR_ARG;
   }
+  const kl_f32_vsnake_fn snake = a->snake_a ? kl_select_vsnake() : NULL;
   int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads),
                                 (double)rows * (double)a->length, KL_NORM_SERIAL);
   if (nth > rows) nth = (int)rows;
   if (nth <= 1) {
-    for (int64_t r = 0; r < rows; r++) norm_row(a, r);
+    for (int64_t r = 0; r < rows; r++) norm_row(a, snake, r);
     return KL_OK;
   }
   norm_job j;
   j.a = a;
+  j.snake = snake;
   j.rows = rows;
   atomic_init(&j.next, 0);
   return kl_pool_run(nth, norm_task, &j);

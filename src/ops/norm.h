@@ -1,7 +1,8 @@
 /* Instance normalization (norm.c), with Kokoro's AdaIN fused:
  *   y[n, c, :] = scale[n, c] * ((x[n, c, :] - mean) / sqrt(var + eps) * weight[c] + bias[c])
  *                + shift[n, c]
- * mean and the biased var over the row x[n, c, :], computed in two passes in double
+ * optionally followed by Kokoro's Snake, y + snake_c[c] * sin(snake_a[c] * y)^2 (the
+ * f32-vsnake kernels). mean and the biased var over the row x[n, c, :], computed in two passes in double
  * (the mean, then the squares of the differences from it), so a constant row gives
  * var 0 and a normalized 0 exactly (never the NaN of E[x^2] - E[x]^2 < 0), and a row
  * holding a NaN gives NaN. Each row is one task of the engine's pool, done whole by
@@ -20,6 +21,7 @@ typedef struct kl_instance_norm_args {
   const float *scale, *shift;    /* NULL (1 and 0), or channels values (shared by the
                                   * batch) or batch * channels values, [n][c] */
   int scale_per_batch, shift_per_batch; /* 1: batch * channels values */
+  const float *snake_a, *snake_c; /* NULL, or channels values each (Snake after the norm) */
   double eps;                    /* >= 0 */
   float* y;                      /* like x; may be x */
   int num_threads;               /* >= 1, or 0 for kl_get_num_threads() */

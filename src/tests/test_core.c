@@ -20,6 +20,7 @@
  * Prints one line per check and finishes with "N passed, M failed"; exits
  * non-zero on any failure.
  */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -1319,6 +1320,49 @@ static void test_vunary_kernel(const kl_vunary_entry* k, const kl_vunary_entry* 
         "for NaN, no write past n)%s", k->name, what, ref->name, why);
 }
 
+/* Snake against float64: y = x + c sin(t)^2 with t = a x rounded to float, within
+ * 6e-7 |c| + 2 eps |y|; odd lengths, in place, x up to 1.2x the fast path's range
+ * (libm beyond it), +-inf and NaN give NaN, no write past n. */
+static void test_vsnake_kernel(const kl_vsnake_entry* k) {
+  enum { N = 203 };
+  static const float AS[] = {1.0f, 0.37f, 13.0f, -2.5f};
+  float x[N], y[N];
+  char why[200] = "";
+  int ok = 1;
+  for (size_t ia = 0; ia < 4 * 3 && ok; ia++) {
+    const float a = AS[ia % 4], c = 1.0f / a;
+    const double span = ia / 4 == 0 ? 20.0 : ia / 4 == 1 ? 2000.0 : 1.2 * KL_SINSQ_RANGE / fabs(a);
+    for (size_t n = 1; n <= N && ok; n += n < 40 ? 1 : 37) {
+      for (size_t i = 0; i < n; i++) x[i] = (float)urand(-span, span);
+      if (n > 8) x[n / 3] = INFINITY, x[n / 2] = NAN, x[n - 2] = -INFINITY, x[1] = 0.0f;
+      for (size_t i = 0; i < N; i++) y[i] = 12345.0f;
+      const int inplace = n % 2;
+      if (inplace) memcpy(y, x, n * sizeof(float));
+      k->fn(n, inplace ? y : x, a, c, y);
+      for (size_t i = 0; i < N && ok; i++) {
+        if (i >= n) {
+          ok = y[i] == 12345.0f;
+          if (!ok) snprintf(why, sizeof(why), " (write past n=%zu)", n);
+          continue;
+        }
+        const double sn = sin((double)(a * x[i]));
+        const double ref = (double)x[i] + (double)c * sn * sn;
+        if (isnan(ref) || isinf(x[i])) {
+          ok = isnan(y[i]);
+        } else {
+          ok = fabs((double)y[i] - ref) <= 6e-7 * fabs((double)c) + 2.0 * FLT_EPSILON * fabs(ref);
+        }
+        if (!ok)
+          snprintf(why, sizeof(why), " (a=%g n=%zu x[%zu]=%.9g: %.9g vs float64 %.9g)", (double)a, n,
+                   i, (double)x[i], (double)y[i], ref);
+      }
+    }
+  }
+  check(ok, "[kernel %s] snake vs float64, a = 1, 0.37, 13, -2.5, c = 1/a, |a x| up to 1.2x %g, "
+        "n = 1..40, 77, ..., in place, +-inf / NaN give NaN, no write past n%s",
+        k->name, (double)KL_SINSQ_RANGE, why);
+}
+
 /* Row softmax: finite rows (odd lengths, large magnitudes) within 2e-6 of the scalar
  * kernel, a row with NaN gives NaN, no write past n. */
 static void test_softmax_kernel(const kl_vunary_entry* k, const kl_vunary_entry* ref) {
@@ -1686,6 +1730,9 @@ static void test_kernel_lists(void) {
       if (cpu_has(list[i].arch, list[i].name))
         test_vunary_kernel(&list[i], &list[n - 1], kind == 0 ? "sigmoid" : kind == 1 ? "tanh" : "gelu");
   }
+  for (size_t i = 0; i < kl_f32_vsnake_count; i++) /* the scalar entry too: against double */
+    if (cpu_has(kl_f32_vsnake_list[i].arch, kl_f32_vsnake_list[i].name))
+      test_vsnake_kernel(&kl_f32_vsnake_list[i]);
   for (size_t i = 0; i + 1 < kl_f32_rsum_count; i++)
     if (cpu_has(kl_f32_rsum_list[i].arch, kl_f32_rsum_list[i].name))
       test_rsum_kernel(&kl_f32_rsum_list[i], &kl_f32_rsum_list[kl_f32_rsum_count - 1]);
@@ -1714,6 +1761,7 @@ static void test_kernel_lists(void) {
   check(ok && kl_f32_vsigmoid_list[kl_f32_vsigmoid_count - 1].arch == 0 &&
             kl_f32_vtanh_list[kl_f32_vtanh_count - 1].arch == 0 &&
             kl_f32_vgelu_list[kl_f32_vgelu_count - 1].arch == 0 &&
+            kl_f32_vsnake_list[kl_f32_vsnake_count - 1].arch == 0 &&
             kl_f32_rsum_list[kl_f32_rsum_count - 1].arch == 0 &&
             kl_u64_fingerprint_list[kl_u64_fingerprint_count - 1].arch == 0 &&
             kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,

@@ -1,11 +1,13 @@
 /* tvm-ffi glue of instance normalization (src/ops/norm.h), destination-passing like
  * the dense externs.
  *
- * kokoro_lstm.instance_norm_v1(cfg, x [N, C, *], [weight [C]], [bias [C]], [scale], [shift], y)
- *   cfg = (abi, has_weight, has_bias, has_scale, has_shift, eps_bits, num_threads);
+ * kokoro_lstm.instance_norm_v1(cfg, x [N, C, *], [weight [C]], [bias [C]], [scale], [shift],
+ *                              [snake_a [C]], [snake_c [C]], y)
+ *   cfg = (abi, has_weight, has_bias, has_scale, has_shift, has_snake, eps_bits, num_threads);
  *   eps_bits: the float64 epsilon's bits; num_threads 0: the process default.
  *   y = scale * instance_norm(x) + shift per (n, c) (Kokoro's AdaIN1d); scale and
- *   shift hold C values (shared by the batch: [C, 1], [1, C, 1]) or N * C ([N, C, 1]).
+ *   shift hold C values (shared by the batch: [C, 1], [1, C, 1]) or N * C ([N, C, 1]);
+ *   with has_snake, then y + snake_c * sin(snake_a * y)^2 per channel (Kokoro's Snake).
  *   Every tensor float32, CPU and compact; y like x (may alias it). */
 #include <stdio.h>
 #include <string.h>
@@ -73,7 +75,7 @@ int kl_tvm_instance_norm(void* self, const TVMFFIAny* args, int32_t nargs, TVMFF
     return errf("RuntimeError", what);
   }
   const int64_t* cfg = cell->data;
-  for (int i = KL_INSTANCE_NORM_CFG_HAS_WEIGHT; i <= KL_INSTANCE_NORM_CFG_HAS_SHIFT; i++)
+  for (int i = KL_INSTANCE_NORM_CFG_HAS_WEIGHT; i <= KL_INSTANCE_NORM_CFG_HAS_SNAKE; i++)
     if (cfg[i] != 0 && cfg[i] != 1) return errf("ValueError", "config flags must be 0 or 1");
   const int64_t nth = cfg[KL_INSTANCE_NORM_CFG_NUM_THREADS];
   if (nth < 0 || nth > INT32_MAX) return errf("ValueError", "num_threads must be in 0..INT32_MAX");
@@ -82,7 +84,8 @@ int kl_tvm_instance_norm(void* self, const TVMFFIAny* args, int32_t nargs, TVMFF
   if (!(eps >= 0)) return errf("ValueError", "eps must be >= 0");
   const int hw = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_WEIGHT], hb = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_BIAS];
   const int hs = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_SCALE], ht = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_SHIFT];
-  const int want = 3 + hw + hb + hs + ht;
+  const int hn = (int)cfg[KL_INSTANCE_NORM_CFG_HAS_SNAKE];
+  const int want = 3 + hw + hb + hs + ht + 2 * hn;
   if (nargs != want) {
     snprintf(what, sizeof(what), "expected %d arguments for this config, got %d", want, (int)nargs);
     return errf("TypeError", what);
@@ -100,11 +103,11 @@ int kl_tvm_instance_norm(void* self, const TVMFFIAny* args, int32_t nargs, TVMFF
   a.x = data_of(x);
   a.eps = eps;
   a.num_threads = (int)nth;
-  const char* names[4] = {"weight", "bias", "scale", "shift"};
-  const int has[4] = {hw, hb, hs, ht};
-  const float** dst[4] = {&a.weight, &a.bias, &a.scale, &a.shift};
-  int* per_batch[4] = {NULL, NULL, &a.scale_per_batch, &a.shift_per_batch};
-  for (int i = 0; i < 4; i++) {
+  const char* names[6] = {"weight", "bias", "scale", "shift", "snake_a", "snake_c"};
+  const int has[6] = {hw, hb, hs, ht, hn, hn};
+  const float** dst[6] = {&a.weight, &a.bias, &a.scale, &a.shift, &a.snake_a, &a.snake_c};
+  int* per_batch[6] = {NULL, NULL, &a.scale_per_batch, &a.shift_per_batch, NULL, NULL};
+  for (int i = 0; i < 6; i++) {
     if (!has[i]) continue;
     if (get_f32(&args[k++], names[i], &t, &nt)) return -1;
     const int batched = per_batch[i] && nt == a.batch * a.channels && a.batch != 1;
