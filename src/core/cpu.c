@@ -254,6 +254,9 @@ const kl_vunary_entry kl_f32_vgelu_list[] = {
 const kl_vsnake_entry kl_f32_vsnake_list[] = {
 #include "f32-vsnake.inc"
 };
+const kl_rmoments_entry kl_f32_rmoments_list[] = {
+#include "f32-rmoments.inc"
+};
 const kl_rsum_entry kl_f32_rsum_list[] = {
 #include "f32-rsum.inc"
 };
@@ -290,6 +293,7 @@ const size_t kl_f32_vsigmoid_count = COUNT(kl_f32_vsigmoid_list);
 const size_t kl_f32_vtanh_count = COUNT(kl_f32_vtanh_list);
 const size_t kl_f32_vgelu_count = COUNT(kl_f32_vgelu_list);
 const size_t kl_f32_vsnake_count = COUNT(kl_f32_vsnake_list);
+const size_t kl_f32_rmoments_count = COUNT(kl_f32_rmoments_list);
 const size_t kl_f32_rsum_count = COUNT(kl_f32_rsum_list);
 const size_t kl_u64_fingerprint_count = COUNT(kl_u64_fingerprint_list);
 const size_t kl_f32_softmax_count = COUNT(kl_f32_softmax_list);
@@ -363,6 +367,9 @@ kl_f32_vunary_fn kl_select_vtanh(void) { return first_vunary(kl_f32_vtanh_list, 
 kl_f32_vunary_fn kl_select_vgelu(void) { return first_vunary(kl_f32_vgelu_list, kl_f32_vgelu_count); }
 kl_f32_vsnake_fn kl_select_vsnake(void) {
   FIRST(kl_f32_vsnake_list, kl_f32_vsnake_count, KL_W_F32, kl_arch_active(), fn);
+}
+kl_f32_rmoments_fn kl_select_rmoments(void) {
+  FIRST(kl_f32_rmoments_list, kl_f32_rmoments_count, KL_W_F32, kl_arch_active(), fn);
 }
 kl_f32_rsum_fn kl_select_rsum(void) {
   FIRST(kl_f32_rsum_list, kl_f32_rsum_count, KL_W_F32, kl_arch_active(), fn);

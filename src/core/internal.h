@@ -45,6 +45,8 @@ typedef void (*kl_lstmproj_ukernel_fn)(size_t H, size_t blk0, size_t blk1, const
 typedef void (*kl_f32_vunary_fn)(size_t n, const float* x, float* y);
 /* y = x + c sin(a x)^2 (Snake; y may be x) */
 typedef void (*kl_f32_vsnake_fn)(size_t n, const float* x, float a, float c, float* y);
+/* *mean and *var (biased) of n >= 1 floats in float64 (f32-rmoments.inc's tree) */
+typedef void (*kl_f32_rmoments_fn)(size_t n, const float* x, double* mean, double* var);
 /* |a x| bound of the vector Snake kernels' sin^2 (simd-math.h's _sinsq: the multiple
  * of pi, q < 2^15, times pi's leading part 3.140625 is exact); libm's sinf beyond it. */
 #define KL_SINSQ_RANGE 65536.0f
@@ -131,6 +133,7 @@ kl_f32_vunary_fn kl_select_vsigmoid(void);
 kl_f32_vunary_fn kl_select_vtanh(void);
 kl_f32_vunary_fn kl_select_vgelu(void);
 kl_f32_vsnake_fn kl_select_vsnake(void);
+kl_f32_rmoments_fn kl_select_rmoments(void);
 /* The active ISA's read-bandwidth probe (sum of n floats). */
 typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
 kl_f32_rsum_fn kl_select_rsum(void);
@@ -237,6 +240,9 @@ unsigned kl_arch_active(void);   /* those the active ISA level allows */
 #define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, float, float, float*);
 #include "f32-vsnake.inc"
 #undef KL_KERNEL
+#define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, double*, double*);
+#include "f32-rmoments.inc"
+#undef KL_KERNEL
 #define KL_KERNEL(arch, wt, isa, fn) float fn(size_t, const float*);
 #include "f32-rsum.inc"
 #undef KL_KERNEL
@@ -277,6 +283,7 @@ typedef KL_KERNEL_ENTRY(kl_lstmcell_ukernel_fn) kl_lstmcell_entry;
 typedef KL_KERNEL_ENTRY(kl_lstmproj_ukernel_fn) kl_lstmproj_entry;
 typedef KL_KERNEL_ENTRY(kl_f32_vunary_fn) kl_vunary_entry;
 typedef KL_KERNEL_ENTRY(kl_f32_vsnake_fn) kl_vsnake_entry;
+typedef KL_KERNEL_ENTRY(kl_f32_rmoments_fn) kl_rmoments_entry;
 typedef KL_KERNEL_ENTRY(kl_f32_rsum_fn) kl_rsum_entry;
 typedef KL_KERNEL_ENTRY(kl_fp_ukernel_fn) kl_fp_entry;
 typedef KL_KERNEL_ENTRY(kl_f32_gemm_ukernel_fn) kl_f32_gemm_entry;
@@ -302,6 +309,7 @@ extern const kl_lstmproj_entry kl_lstmproj_list[];
 extern const kl_vunary_entry kl_f32_vsigmoid_list[], kl_f32_vtanh_list[], kl_f32_vgelu_list[],
     kl_f32_softmax_list[];
 extern const kl_vsnake_entry kl_f32_vsnake_list[];
+extern const kl_rmoments_entry kl_f32_rmoments_list[];
 extern const kl_rsum_entry kl_f32_rsum_list[];
 extern const kl_fp_entry kl_u64_fingerprint_list[];
 extern const kl_gemm_entry kl_bf16_gemm_list[];
@@ -309,8 +317,9 @@ extern const kl_x6gemm_entry kl_f32_x6gemm_list[];
 extern const kl_f32_gemm_entry kl_f32_gemm_list[];
 extern const kl_f32_pgemm_entry kl_f32_pgemm_list[];
 extern const size_t kl_lstmcell_count, kl_lstmproj_count, kl_f32_vsigmoid_count, kl_f32_vtanh_count,
-    kl_f32_vgelu_count, kl_f32_vsnake_count, kl_f32_rsum_count, kl_u64_fingerprint_count, kl_f32_softmax_count,
-    kl_bf16_gemm_count, kl_f32_gemm_count, kl_f32_pgemm_count, kl_f32_x6gemm_count;
+    kl_f32_vgelu_count, kl_f32_vsnake_count, kl_f32_rmoments_count, kl_f32_rsum_count,
+    kl_u64_fingerprint_count, kl_f32_softmax_count, kl_bf16_gemm_count, kl_f32_gemm_count,
+    kl_f32_pgemm_count, kl_f32_x6gemm_count;
 
 /* bfloat16 helpers (round to nearest even; NaN stays NaN). */
 static inline uint16_t kl_f32_to_bf16(float f) {

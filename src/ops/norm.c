@@ -1,7 +1,7 @@
 /* Instance normalization (see norm.h): per row, the mean and the centered variance
- * in double (KL_NORM_LANES independent sums, combined in a fixed order), then
- * y = (x - mean) * a + c in float with a and c folded from the statistics and the
- * affine and AdaIN parameters. */
+ * in double (the f32-rmoments kernels: the same bits on every ISA), then
+ * y = (x - mean) * g + off in float with g and off folded from the statistics and
+ * the affine and AdaIN parameters, then the Snake kernel when asked. */
 #include "norm.h"
 
 #include <math.h>
@@ -10,57 +10,32 @@
 #include "internal.h"
 #include "threads.h"
 
-/* Independent partial sums per row (a fixed tree whatever the ISA or thread count).
- * A call uses at most one thread per KL_NORM_SERIAL elements (kl_threads_for_work). */
-#define KL_NORM_LANES 8
+/* A call uses at most one thread per KL_NORM_SERIAL elements (kl_threads_for_work). */
 #define KL_NORM_SERIAL (1 << 18)
 
-static double row_sum(const float* x, int64_t n) {
-  double acc[KL_NORM_LANES] = {0};
-  int64_t i = 0;
-  for (; i + KL_NORM_LANES <= n; i += KL_NORM_LANES)
-    for (int j = 0; j < KL_NORM_LANES; j++) acc[j] += (double)x[i + j];
-  for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i];
-  double s = 0;
-  for (int j = 0; j < KL_NORM_LANES; j++) s += acc[j];
-  return s;
-}
+typedef struct norm_kernels {
+  kl_f32_rmoments_fn moments;
+  kl_f32_vsnake_fn snake; /* NULL: no Snake */
+} norm_kernels;
 
-static double row_sq_dev(const float* x, int64_t n, double mean) {
-  double acc[KL_NORM_LANES] = {0};
-  int64_t i = 0;
-  for (; i + KL_NORM_LANES <= n; i += KL_NORM_LANES)
-    for (int j = 0; j < KL_NORM_LANES; j++) {
-      const double d = (double)x[i + j] - mean;
-      acc[j] += d * d;
-    }
-  for (int j = 0; i < n; i++, j++) {
-    const double d = (double)x[i] - mean;
-    acc[j] += d * d;
-  }
-  double s = 0;
-  for (int j = 0; j < KL_NORM_LANES; j++) s += acc[j];
-  return s;
-}
-
-static void norm_row(const kl_instance_norm_args* a, kl_f32_vsnake_fn snake, int64_t r) {
+static void norm_row(const kl_instance_norm_args* a, const norm_kernels* k, int64_t r) {
   const int64_t c = r % a->channels, L = a->length;
   const float* x = a->x + r * L;
   float* y = a->y + r * L;
-  const double mean = row_sum(x, L) / (double)L;
-  const double var = row_sq_dev(x, L, mean) / (double)L;
+  double mean, var;
+  k->moments((size_t)L, x, &mean, &var);
   const double rstd = 1.0 / sqrt(var + a->eps);
   const double w = a->weight ? a->weight[c] : 1.0, b = a->bias ? a->bias[c] : 0.0;
   const double s = a->scale ? a->scale[a->scale_per_batch ? r : c] : 1.0;
   const double t = a->shift ? a->shift[a->shift_per_batch ? r : c] : 0.0;
-  const float m = (float)mean, k = (float)(rstd * w * s), off = (float)(b * s + t);
-  for (int64_t i = 0; i < L; i++) y[i] = (x[i] - m) * k + off;
-  if (snake) snake((size_t)L, y, a->snake_a[c], a->snake_c[c], y);
+  const float m = (float)mean, g = (float)(rstd * w * s), off = (float)(b * s + t);
+  for (int64_t i = 0; i < L; i++) y[i] = (x[i] - m) * g + off;
+  if (k->snake) k->snake((size_t)L, y, a->snake_a[c], a->snake_c[c], y);
 }
 
 typedef struct norm_job {
   const kl_instance_norm_args* a;
-  kl_f32_vsnake_fn snake;
+  norm_kernels k;
   int64_t rows;
   atomic_llong next;
 } norm_job;
@@ -72,7 +47,7 @@ static void norm_task(void* ctx, int ith, int nth) {
   for (;;) {
     const int64_t r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
     if (r >= j->rows) return;
-    norm_row(j->a, j->snake, r);
+    norm_row(j->a, &j->k, r);
   }
 }
 
@@ -87,17 +62,17 @@ kl_status kl_f32_instance_norm(const kl_instance_norm_args* a) {
     kl_set_error("instance_norm: x and y are required, snake_a and snake_c both or neither");
     return KL_ERR_ARG;
   }
-  const kl_f32_vsnake_fn snake = a->snake_a ? kl_select_vsnake() : NULL;
+  const norm_kernels k = {kl_select_rmoments(), a->snake_a ? kl_select_vsnake() : NULL};
   int nth = kl_threads_for_work(kl_threads_resolve(a->num_threads),
                                 (double)rows * (double)a->length, KL_NORM_SERIAL);
   if (nth > rows) nth = (int)rows;
   if (nth <= 1) {
-    for (int64_t r = 0; r < rows; r++) norm_row(a, snake, r);
+    for (int64_t r = 0; r < rows; r++) norm_row(a, &k, r);
     return KL_OK;
   }
   norm_job j;
   j.a = a;
-  j.snake = snake;
+  j.k = k;
   j.rows = rows;
   atomic_init(&j.next, 0);
   return kl_pool_run(nth, norm_task, &j);

@@ -1363,6 +1363,46 @@ static void test_vsnake_kernel(const kl_vsnake_entry* k) {
         k->name, (double)KL_SINSQ_RANGE, why);
 }
 
+/* Row moments: every entry gives the scalar entry's bits; within 1e-15 relative of a
+ * long double two-pass reference; a constant row has variance 0 exactly; NaN gives
+ * NaN. Lengths around the 32 lanes. */
+static void test_rmoments_kernel(const kl_rmoments_entry* k, const kl_rmoments_entry* ref) {
+  enum { N = 300 };
+  float x[N];
+  char why[200] = "";
+  int ok = 1;
+  for (size_t n = 1; n <= N && ok; n += n < 70 ? 1 : 53) {
+    const double off = n % 3 == 0 ? 1e4 : 0.5;
+    for (size_t i = 0; i < n; i++) x[i] = (float)(urand(-3.0, 3.0) + off);
+    double m, v, mr, vr;
+    k->fn(n, x, &m, &v);
+    ref->fn(n, x, &mr, &vr);
+    long double sl = 0, ql = 0;
+    for (size_t i = 0; i < n; i++) sl += x[i];
+    const long double ml = sl / n;
+    for (size_t i = 0; i < n; i++) ql += (x[i] - ml) * (x[i] - ml);
+    const long double vl = ql / n;
+    ok = memcmp(&m, &mr, sizeof(m)) == 0 && memcmp(&v, &vr, sizeof(v)) == 0 &&
+         fabsl(m - ml) <= 1e-15L * fabsl(ml) + 1e-300L && fabsl(v - vl) <= 1e-13L * vl + 1e-300L;
+    if (!ok) snprintf(why, sizeof(why), " (n=%zu: mean %.17g var %.17g, scalar %.17g %.17g, long double "
+                      "%.17Lg %.17Lg)", n, m, v, mr, vr, ml, vl);
+    if (ok) {
+      for (size_t i = 0; i < n; i++) x[i] = 3.7f;
+      k->fn(n, x, &m, &v);
+      ok = v == 0.0 && m == (double)3.7f;
+      if (!ok) snprintf(why, sizeof(why), " (n=%zu: constant row gave var %g)", n, v);
+    }
+    if (ok && n > 1) {
+      x[n / 2] = NAN;
+      k->fn(n, x, &m, &v);
+      ok = isnan(m) && isnan(v);
+      if (!ok) snprintf(why, sizeof(why), " (n=%zu: a NaN did not give NaN)", n);
+    }
+  }
+  check(ok, "[kernel %s] row mean and variance: %s's bits, within 1e-15 / 1e-13 of long double, n = "
+        "1..70, 123, ..., constant rows give 0, NaN gives NaN%s", k->name, ref->name, why);
+}
+
 /* Row softmax: finite rows (odd lengths, large magnitudes) within 2e-6 of the scalar
  * kernel, a row with NaN gives NaN, no write past n. */
 static void test_softmax_kernel(const kl_vunary_entry* k, const kl_vunary_entry* ref) {
@@ -1733,6 +1773,9 @@ static void test_kernel_lists(void) {
   for (size_t i = 0; i < kl_f32_vsnake_count; i++) /* the scalar entry too: against double */
     if (cpu_has(kl_f32_vsnake_list[i].arch, kl_f32_vsnake_list[i].name))
       test_vsnake_kernel(&kl_f32_vsnake_list[i]);
+  for (size_t i = 0; i < kl_f32_rmoments_count; i++)
+    if (cpu_has(kl_f32_rmoments_list[i].arch, kl_f32_rmoments_list[i].name))
+      test_rmoments_kernel(&kl_f32_rmoments_list[i], &kl_f32_rmoments_list[kl_f32_rmoments_count - 1]);
   for (size_t i = 0; i + 1 < kl_f32_rsum_count; i++)
     if (cpu_has(kl_f32_rsum_list[i].arch, kl_f32_rsum_list[i].name))
       test_rsum_kernel(&kl_f32_rsum_list[i], &kl_f32_rsum_list[kl_f32_rsum_count - 1]);
@@ -1762,6 +1805,7 @@ static void test_kernel_lists(void) {
             kl_f32_vtanh_list[kl_f32_vtanh_count - 1].arch == 0 &&
             kl_f32_vgelu_list[kl_f32_vgelu_count - 1].arch == 0 &&
             kl_f32_vsnake_list[kl_f32_vsnake_count - 1].arch == 0 &&
+            kl_f32_rmoments_list[kl_f32_rmoments_count - 1].arch == 0 &&
             kl_f32_rsum_list[kl_f32_rsum_count - 1].arch == 0 &&
             kl_u64_fingerprint_list[kl_u64_fingerprint_count - 1].arch == 0 &&
             kl_f32_pgemm_list[kl_f32_pgemm_count - 1].arch == 0,
