@@ -8,11 +8,11 @@ once as it is (its six ``nn.LSTM``s are PyTorch's) and once after
 op). Everything else (ALBERT, convolutions, the iSTFTNet decoder) is the same code.
 
 Offline: the config is ``kokoro_lstm.cli._components.DEFAULT_CONFIG`` plus
-Kokoro-82M's ``istftnet`` settings and a placeholder vocabulary (forward_with_tokens
-never reads it); a prep process builds ``KModel(config=dict, model=<empty .pth>)``
-with ``torch.manual_seed(--seed)`` and saves its state dicts, which every worker then
-loads with ``KModel(config=dict, model=<that .pth>)``: the same weights for both
-variants.
+Kokoro-82M's ``istftnet`` settings (``kokoro_lstm.cli._decoder.ISTFTNET``) and a
+placeholder vocabulary (forward_with_tokens never reads it); a prep process builds
+``KModel(config=dict, model=<empty .pth>)`` with ``torch.manual_seed(--seed)`` and
+saves its state dicts, which every worker then loads with ``KModel(config=dict,
+model=<that .pth>)``: the same weights for both variants.
 
 Frames: random weights make the predicted durations arbitrary (about 25 frames per
 token), so by default the duration head ``predictor.duration_proj`` is set to weight 0
@@ -112,23 +112,13 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 VARIANTS = ("unpatched", "patched")
 _KL_PATH = ROOT  # where the workers find kokoro_lstm (main() sets it)
 
-#: Kokoro-82M's config.json "istftnet" entry (the decoder's settings).
-ISTFTNET = {
-    "upsample_kernel_sizes": [20, 12],
-    "upsample_rates": [10, 6],
-    "gen_istft_hop_size": 5,
-    "gen_istft_n_fft": 20,
-    "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-    "resblock_kernel_sizes": [3, 7, 11],
-    "upsample_initial_channel": 512,
-}
-
 
 # ---------------------------------------------------------------------------------------
 # Model (runs in the prep and worker processes)
 # ---------------------------------------------------------------------------------------
 def kmodel_config():
     from kokoro_lstm.cli._components import DEFAULT_CONFIG
+    from kokoro_lstm.cli._decoder import ISTFTNET
 
     cfg = json.loads(json.dumps(DEFAULT_CONFIG))
     cfg["istftnet"] = json.loads(json.dumps(ISTFTNET))

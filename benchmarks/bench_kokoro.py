@@ -88,19 +88,15 @@ RUNTIMES = ("torch", "ort", "tvm")
 PARTS = ("whole", "decoder")
 SEED = 1234  # the noise seed of the checked calls
 
-#: Kokoro-82M's config.json "istftnet" entry (the decoder's settings).
-ISTFTNET = {
-    "upsample_kernel_sizes": [20, 12], "upsample_rates": [10, 6], "gen_istft_hop_size": 5,
-    "gen_istft_n_fft": 20, "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
-    "resblock_kernel_sizes": [3, 7, 11], "upsample_initial_channel": 512,
-}
-
 
 # ---------------------------------------------------------------------------------------
 # Model, inputs, exports (run in subprocesses: the main process imports no runtime)
 # ---------------------------------------------------------------------------------------
 def _config():
+    # the same needs as DEFAULT_CONFIG's import (kokoro_lstm built); the ort and tvm
+    # workers never call this, so they still run without kokoro_lstm
     from kokoro_lstm.cli._components import DEFAULT_CONFIG
+    from kokoro_lstm.cli._decoder import ISTFTNET
 
     cfg = json.loads(json.dumps(DEFAULT_CONFIG))
     cfg["istftnet"] = json.loads(json.dumps(ISTFTNET))

@@ -149,6 +149,26 @@ def test_parse_seq_lens_and_paths():
     assert library_path("d", 192, True) == os.path.join("d", "decoder_compiled_seq192.so")
 
 
+def test_common_flags_and_module_entry():
+    """The flags both porting commands take parse the same way in each, and `python -m
+    kokoro_lstm.cli.port_decoder` names itself in argparse's errors (exit 2, one line)."""
+    from kokoro_lstm.cli import port_decoder, port_encoder
+
+    flags = ("--no-weights", "--checkpoint", "--config", "--num-threads", "--tolerance", "--seed")
+
+    def spec(parser):
+        return {a.option_strings[0]: (a.dest, a.default, a.type, a.nargs, a.metavar, type(a))
+                for a in parser._actions if a.option_strings and a.option_strings[0] in flags}
+
+    dec = spec(port_decoder.build_parser())
+    assert len(dec) == len(flags) and dec == spec(port_encoder.build_parser())
+    r = subprocess.run([sys.executable, "-m", "kokoro_lstm.cli.port_decoder", "--bogus"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("python -m kokoro_lstm.cli.port_decoder: error: "), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
 def test_stft_patch_is_exact():
     """exportable_stft's torch.where form of CustomSTFT.transform gives the same bits,
     the phase correction at imag == 0, real < 0 included."""

@@ -456,6 +456,22 @@ def test_conv1d_transpose_errors():
         _dense.pack_conv_transpose_panels(wt.numpy(), 2, 3)
 
 
+@pytest.mark.parametrize("stride,pad,dil", [(0, 0, 1), (2, -1, 1), (2, 0, 0)])
+def test_conv1d_transpose_bad_stride_padding_dilation(stride, pad, dil):
+    """Both transposed convs (groups 1 and depthwise) refuse a stride or dilation
+    below 1 and a negative padding with the same message."""
+    x, y = torch.randn(1, 4, 10), torch.empty(1, 4, 21)
+    msg = r"invalid config \(stride, padding or dilation\)"
+    with pytest.raises(ValueError, match=msg):
+        _fn(_dense.CONV1D_TRANSPOSE_FUNC)(
+            _cfg(_dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=3)),
+            _t(x), _t(torch.randn(4, 4, 3)), _t(y))
+    with pytest.raises(ValueError, match=msg):
+        _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(
+            _cfg(_dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad, dilation=dil)),
+            _t(x), _t(torch.randn(4, 1, 3)), _t(y))
+
+
 # ----------------------------------------------------------------------------------
 # the Relax rewrite, end to end through tvm.compile
 # ----------------------------------------------------------------------------------

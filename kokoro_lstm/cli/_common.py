@@ -1,6 +1,7 @@
 """What the ``kokoro-lstm`` porting commands share: one-line usage errors, targets,
 thread counts, progress lines, timing, comparison with PyTorch, the exit-status
-convention (:func:`run_guarded`). Importing it imports neither torch nor TVM.
+convention (:func:`run_guarded`, :func:`run_reports`), the flags both porting
+commands take (:func:`add_common_arguments`). Importing it imports neither torch nor TVM.
 """
 from __future__ import annotations
 
@@ -132,6 +133,23 @@ def check_thread_env():
             raise UsageError(str(e)) from None
 
 
+def add_common_arguments(p, *, checkpoint, tolerance, seed):
+    """Adds the flags every porting command takes the same way: --no-weights,
+    --checkpoint, --config, --num-threads, --tolerance and --seed. The command's own
+    words go into three help texts: what its checkpoint holds, what --tolerance bounds
+    and what --seed seeds. Returns ``p``."""
+    p.add_argument("--no-weights", action="store_true", help="random weights (no checkpoint)")
+    p.add_argument("--checkpoint", metavar="PATH", help=f"a local Kokoro .pth ({checkpoint})")
+    p.add_argument("--config", metavar="PATH",
+                   help="Kokoro config.json (default: Kokoro-82M's, built in)")
+    p.add_argument("--num-threads", type=int, metavar="N",
+                   help="threads for TVM, the kokoro_lstm engine and PyTorch (at most 512)")
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOL,
+                   help=f"--validate's bound on {tolerance} (default {DEFAULT_TOL:g})")
+    p.add_argument("--seed", type=int, default=0, help=f"seed of {seed}")
+    return p
+
+
 def run_guarded(prog, verbose, body):
     """``(body(), 0)``, or ``(None, status)`` with one line on stderr: 2 for a
     UsageError (bad flags, paths, files), 130 for Ctrl-C, 1 for a failed step (the
@@ -153,6 +171,30 @@ def run_guarded(prog, verbose, body):
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         sys.stderr.write(f"{prog}: error: {type(e).__name__}: {first}\n")
         return None, 1
+
+
+def run_reports(prog, verbose, body, format_table, footer=None):
+    """A porting command's run(): the reports of ``body()`` under :func:`run_guarded`,
+    printed as ``format_table(reports)`` (then ``footer``) on stdout. The exit status is
+    run_guarded's when body failed, else 1 if a report's validation did not pass, else 0."""
+    reports, rc = run_guarded(prog, verbose, body)
+    if rc:
+        return rc
+    print(format_table(reports))
+    if footer:
+        print(footer)
+    failed = [r for r in reports if r["validation"] and not r["validation"]["passed"]]
+    return 1 if failed else 0
+
+
+def port_main(module, prog, build_parser, run, argv=None):
+    """``python -m <module> [flags]``: ``run(build_parser(...).parse_args(argv))``. The
+    usage lines name ``python -m <module>`` when the process runs that module's file
+    (argv None and sys.argv[0] is it), else ``prog``."""
+    script = module.rpartition(".")[2] + ".py"
+    name = (f"python -m {module}" if argv is None and os.path.basename(sys.argv[0]) == script
+            else prog)
+    return run(build_parser(prog=name).parse_args(argv))
 
 
 @contextlib.contextmanager

@@ -41,7 +41,8 @@ import time
 
 from ._common import (DEFAULT_TOL, _Parser, _Progress, _check_target, _compare,
                       _rename_main, _require_deps, _runtime_needs, _threads, _time_ms,
-                      _versions, check_num_threads, check_thread_env, run_guarded)
+                      _versions, add_common_arguments, check_num_threads, check_thread_env,
+                      port_main, run_reports)
 from ._components import UsageError
 
 __all__ = ["build_parser", "add_arguments", "main", "run", "port", "parse_seq_lens",
@@ -79,18 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="run the library against PyTorch's Decoder on random inputs with the "
                         "same noise seed; exit 1 above --tolerance or where one side is NaN "
                         "and the other not")
-    p.add_argument("--no-weights", action="store_true", help="random weights (no checkpoint)")
-    p.add_argument("--checkpoint", metavar="PATH",
-                   help="a local Kokoro .pth (its 'decoder' entry is read)")
-    p.add_argument("--config", metavar="PATH",
-                   help="Kokoro config.json (default: Kokoro-82M's, built in)")
-    p.add_argument("--num-threads", type=int, metavar="N",
-                   help="threads for TVM, the kokoro_lstm engine and PyTorch (at most 512)")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOL,
-                   help=f"--validate's bound on the audio's max|tvm - torch| "
-                        f"(default {DEFAULT_TOL:g})")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the random weights, inputs and --validate's noise")
+    add_common_arguments(p, checkpoint="its 'decoder' entry is read",
+                         tolerance="the audio's max|tvm - torch|",
+                         seed="the random weights, inputs and --validate's noise")
     p.add_argument("--dump-ir", action="store_true",
                    help="write decoder_{before_opt,decomposed,legalized}_seq{F}.py beside "
                         "the library")
@@ -447,20 +439,12 @@ def run(args) -> int:
                     verbose=verbose, dense_method=args.dense_method, dump_ir=args.dump_ir,
                     tune=args.tune)
 
-    reports, rc = run_guarded(PROG, verbose, body)
-    if rc:
-        return rc
-    print(format_table(reports))
-    failed = [r for r in reports if r["validation"] and not r["validation"]["passed"]]
-    return 1 if failed else 0
+    return run_reports(PROG, verbose, body, format_table)
 
 
 def main(argv=None) -> int:
     """``python -m kokoro_lstm.cli.port_decoder [flags]``; returns the exit status."""
-    args = build_parser(prog="python -m kokoro_lstm.cli.port_decoder" if argv is None and
-                        os.path.basename(sys.argv[0]) == "port_decoder.py" else PROG
-                        ).parse_args(argv)
-    return run(args)
+    return port_main("kokoro_lstm.cli.port_decoder", PROG, build_parser, run, argv)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ import time
 
 from ._common import (DEFAULT_TOL, _Parser, _Progress, _as_list, _check_target, _compare,
                       _rename_main, _require_deps, _runtime_needs, _threads, _time_ms,
-                      _to_tvm, _versions, check_num_threads, check_thread_env, parse_target,
-                      run_guarded)
+                      _to_tvm, _versions, add_common_arguments, check_num_threads,
+                      check_thread_env, parse_target, port_main, run_reports)
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
 
 __all__ = ["build_parser", "main", "run", "port", "format_table", "parse_target"]
@@ -98,19 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--validate", action="store_true",
                    help="run the compiled module against PyTorch eager on random inputs; "
                         "exit 1 above --tolerance or where one side is NaN and the other not")
-    p.add_argument("--no-weights", action="store_true",
-                   help="random weights (no checkpoint)")
     p.add_argument("--output-dir", default="tvm_output", help="output directory")
-    p.add_argument("--checkpoint", metavar="PATH",
-                   help="a local Kokoro .pth (dict of per-component state dicts)")
-    p.add_argument("--config", metavar="PATH",
-                   help="Kokoro config.json (default: Kokoro-82M's, built in)")
-    p.add_argument("--num-threads", type=int, metavar="N",
-                   help="threads for TVM, the kokoro_lstm engine and PyTorch (at most 512)")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOL,
-                   help=f"--validate's bound on max|tvm - torch| / max(1, max|torch|) "
-                        f"(default {DEFAULT_TOL:g})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    add_common_arguments(p, checkpoint="dict of per-component state dicts",
+                         tolerance="max|tvm - torch| / max(1, max|torch|)",
+                         seed="the random weights and inputs")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show TVM's and PyTorch's warnings")
     return p
@@ -594,21 +585,13 @@ def run(args) -> int:
                     bert_seq_len=args.bert_seq_len, dense_method=args.dense_method,
                     algebra_cuts=args.algebra_cuts, f0n_input=args.f0n_input)
 
-    reports, rc = run_guarded(PROG, args.verbose, body)
-    if rc:
-        return rc
-    print(format_table(reports))
-    print(f"outputs in {os.path.abspath(args.output_dir)}")
-    failed = [r for r in reports if r["validation"] and not r["validation"]["passed"]]
-    return 1 if failed else 0
+    return run_reports(PROG, args.verbose, body, format_table,
+                       footer=f"outputs in {os.path.abspath(args.output_dir)}")
 
 
 def main(argv=None) -> int:
     """``python -m kokoro_lstm.cli.port_encoder [flags]``; returns the exit status."""
-    args = build_parser(prog="python -m kokoro_lstm.cli.port_encoder" if argv is None and
-                        os.path.basename(sys.argv[0]) == "port_encoder.py" else PROG
-                        ).parse_args(argv)
-    return run(args)
+    return port_main("kokoro_lstm.cli.port_encoder", PROG, build_parser, run, argv)
 
 
 if __name__ == "__main__":

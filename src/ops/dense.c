@@ -476,6 +476,34 @@ static kl_status gx_build(gx_job* gx, size_t* cap, int nth) {
   return kl_pool_run(kl_threads_for_work(nth, (double)n * 4.0, KL_DENSE_MIN_COPY_BYTES), gx_task, gx);
 }
 
+/* Fills j's fields up to kern for the convolution a in nph phases of output
+ * stride nph over gx's rows, phase g on gx's xt_g when gx has one per phase, else
+ * every phase on its one xt; w: panels of ksize * cin rows. tab holds the
+ * per-phase tables a_off, m, t0, kred and w_off in turn, nph values each. */
+static void ph_init(ph_job* j, const kl_conv1d_args* a, const gx_job* gx, int64_t nph,
+                    const float* w, const int64_t* tab) {
+  memset(j, 0, sizeof(*j));
+  j->batch = a->batch;
+  j->nph = nph;
+  j->cout = a->cout;
+  j->wout = a->wout;
+  j->xt = gx->xt;
+  j->xt_sb = gx->nph * gx->rows * gx->cin;
+  j->xt_sph = gx->nph > 1 ? gx->rows * gx->cin : 0;
+  j->lda = gx->cin;
+  j->a_off = tab;
+  j->m = tab + nph;
+  j->t0 = tab + 2 * nph;
+  j->kred = tab + 3 * nph;
+  j->w_off = tab + 4 * nph;
+  j->tstep = nph;
+  j->w = w;
+  j->w_pstride = a->ksize * a->cin * KL_PGEMM_NR;
+  j->bias = a->bias;
+  j->y = a->y;
+  j->kern = kl_select_f32_pgemm();
+}
+
 /* ---- conv1d on weights packed in panels: no im2col -------------------------
  * With the kernel axis ordered (tap, channel), the im2col row of output step t
  * is rows t .. t + ksize - 1 of x transposed and zero padded (xt, [steps][cin]),
@@ -526,26 +554,7 @@ static kl_status conv1d_panels_dilated(const kl_conv1d_args* a, int nth) {
   kl_status st = gx_build(&gx, &cap, nth);
   if (gx.xt) {
     ph_job j;
-    memset(&j, 0, sizeof(j));
-    j.batch = a->batch;
-    j.nph = d;
-    j.cout = a->cout;
-    j.kred = kred;
-    j.w_off = w_off;
-    j.w_pstride = a->ksize * a->cin * KL_PGEMM_NR;
-    j.wout = a->wout;
-    j.xt = gx.xt;
-    j.xt_sph = rows * a->cin;
-    j.xt_sb = d * rows * a->cin;
-    j.lda = a->cin;
-    j.a_off = a_off;
-    j.m = m;
-    j.t0 = t0;
-    j.tstep = d;
-    j.w = a->w;
-    j.bias = a->bias;
-    j.y = a->y;
-    j.kern = kl_select_f32_pgemm();
+    ph_init(&j, a, &gx, d, a->w, tab);
     if (st == KL_OK) st = ph_run(&j, nth);
     kl_scratch_give(gx.xt, cap);
   }
@@ -796,25 +805,7 @@ kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* a) {
   kl_status st = gx_build(&gx, &cap, nth);
   if (gx.xt) {
     ph_job j;
-    memset(&j, 0, sizeof(j));
-    j.batch = a->batch;
-    j.nph = s;
-    j.cout = a->cout;
-    j.wout = a->wout;
-    j.xt = gx.xt;
-    j.xt_sb = gx.rows * a->cin;
-    j.lda = a->cin;
-    j.a_off = a_off;
-    j.m = m;
-    j.t0 = t0;
-    j.kred = kred;
-    j.w_off = w_off;
-    j.tstep = s;
-    j.w = w;
-    j.w_pstride = pstride;
-    j.bias = a->bias;
-    j.y = a->y;
-    j.kern = kl_select_f32_pgemm();
+    ph_init(&j, a, &gx, s, w, tab);
     if (st == KL_OK) st = ph_run(&j, nth);
     kl_scratch_give(gx.xt, cap);
   }

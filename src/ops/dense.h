@@ -64,13 +64,11 @@ kl_status kl_f32_matmul(const kl_matmul_args* args);
 #define KL_DENSE_MIN_DW_MACS (1 << 17)
 #define KL_DENSE_MIN_SOFTMAX (1 << 18)
 
-/* y[n] = conv1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's Conv1d):
- *   x: [batch, cin, win] compact; w: [cout, cin, ksize] compact, or with w_panels
- *   (stride 1 or dilation 1) packed in panels of KL_DENSE_PANEL output
- *   channels over the kernel axis ordered (tap, channel): [ceil(cout / 32)][ksize * cin][32]
- *   compact, w[o, c, j] at [o / 32][j * cin + c][o % 32], zeros past cout;
- *   y: [batch, cout, wout] compact, wout = (win + pad_l + pad_r - dilation*(ksize-1) - 1)/stride + 1
- *   (pad_r is implied by wout); bias: cout values or NULL. */
+/* The arguments of a 1-D convolution, NCW, groups 1, plain (kl_f32_conv1d) or
+ * transposed (kl_f32_conv1d_transpose, which reads w and wout its own way):
+ *   x: [batch, cin, win] compact; y: [batch, cout, wout] compact; bias: cout values
+ *   or NULL; w: ksize taps, packed in panels of KL_DENSE_PANEL output channels when
+ *   w_panels is 1. */
 typedef struct kl_conv1d_args {
   int64_t batch, cin, cout, win, wout, ksize, stride, dilation, pad_l;
   const float* x;
@@ -81,25 +79,21 @@ typedef struct kl_conv1d_args {
   int num_threads;
 } kl_conv1d_args;
 
+/* y[n] = conv1d(x[n], w) (+ bias) (PyTorch's Conv1d):
+ *   w: [cout, cin, ksize] compact, or with w_panels (stride 1 or dilation 1) packed
+ *   in panels over the kernel axis ordered (tap, channel): [ceil(cout / 32)][ksize * cin][32]
+ *   compact, w[o, c, j] at [o / 32][j * cin + c][o % 32], zeros past cout;
+ *   wout = (win + pad_l + pad_r - dilation*(ksize-1) - 1)/stride + 1 (pad_r is implied by wout). */
 kl_status kl_f32_conv1d(const kl_conv1d_args* args);
 
-/* y[n] = conv_transpose1d(x[n], w) (+ bias), NCW, groups 1 (PyTorch's
- * ConvTranspose1d), dilation a divisor of stride: y[o, t] = bias[o] + sum over
- * (c, i, k) with i*stride + k*dilation - pad_l == t of x[c, i] * w[c, o, k];
- *   x: [batch, cin, win] compact; y: [batch, cout, wout] compact, any wout (output
- *   padding is implied by it); bias: cout values or NULL;
+/* y[n] = conv_transpose1d(x[n], w) (+ bias) (PyTorch's ConvTranspose1d), dilation a
+ * divisor of stride: y[o, t] = bias[o] + sum over (c, i, k) with
+ * i*stride + k*dilation - pad_l == t of x[c, i] * w[c, o, k];
+ *   any wout (output padding is implied by it);
  *   w: [cin, cout, ksize] compact (PyTorch's IOW), or with w_panels packed by
  *   kl_f32_conv1d_transpose_pack. Each element sums its terms in an order fixed
  *   by the shapes: results do not depend on num_threads. */
-typedef struct kl_conv1d_transpose_args {
-  int64_t batch, cin, cout, win, wout, ksize, stride, dilation, pad_l;
-  const float* x;
-  const float* w;
-  int w_panels;
-  const float* bias;
-  float* y;
-  int num_threads;
-} kl_conv1d_transpose_args;
+typedef kl_conv1d_args kl_conv1d_transpose_args;
 
 kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* args);
 

@@ -362,6 +362,24 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   return s == KL_OK ? 0 : status_err(fn, s);
 }
 
+/* The stride, pad_l and dilation of a transposed conv's config (the depthwise one
+ * has them at the same indices); ValueError unless stride >= 1, dilation >= 1 and
+ * pad_l >= 0. */
+_Static_assert((int)KL_CONV1D_TRANSPOSE_DW_CFG_STRIDE == (int)KL_CONV1D_TRANSPOSE_CFG_STRIDE &&
+                   (int)KL_CONV1D_TRANSPOSE_DW_CFG_PAD_L == (int)KL_CONV1D_TRANSPOSE_CFG_PAD_L &&
+                   (int)KL_CONV1D_TRANSPOSE_DW_CFG_DILATION ==
+                       (int)KL_CONV1D_TRANSPOSE_CFG_DILATION,
+               "transposed conv configs share stride, pad_l and dilation");
+static int conv_t_cfg(const char* fn, const int64_t* cfg, int64_t* stride, int64_t* pad_l,
+                      int64_t* dilation) {
+  *stride = cfg[KL_CONV1D_TRANSPOSE_CFG_STRIDE];
+  *pad_l = cfg[KL_CONV1D_TRANSPOSE_CFG_PAD_L];
+  *dilation = cfg[KL_CONV1D_TRANSPOSE_CFG_DILATION];
+  if (*stride < 1 || *dilation < 1 || *pad_l < 0)
+    return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
+  return 0;
+}
+
 int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
                                TVMFFIAny* result) {
   (void)self;
@@ -380,11 +398,7 @@ int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
   c.win = x.shape[2];
   c.ksize = w.shape[2];
   c.wout = y.shape[2];
-  c.stride = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_STRIDE];
-  c.pad_l = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_PAD_L];
-  c.dilation = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_DILATION];
-  if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0)
-    return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
+  if (conv_t_cfg(fn, cfg, &c.stride, &c.pad_l, &c.dilation)) return -1;
   if (w.shape[0] != c.ch || w.shape[1] != 1 || y.shape[1] != c.ch ||
       (has_bias && numel(&bias) != c.ch))
     return errf("ValueError", fn, "shapes do not match: x [N, C, W], w [C, 1, K], y [N, C, Wout]");
@@ -417,11 +431,7 @@ int kl_tvm_conv1d_transpose(void* self, const TVMFFIAny* args, int32_t nargs, TV
   c.win = x.shape[2];
   c.cout = y.shape[1];
   c.wout = y.shape[2];
-  c.stride = cfg[KL_CONV1D_TRANSPOSE_CFG_STRIDE];
-  c.pad_l = cfg[KL_CONV1D_TRANSPOSE_CFG_PAD_L];
-  c.dilation = cfg[KL_CONV1D_TRANSPOSE_CFG_DILATION];
-  if (c.stride < 1 || c.dilation < 1 || c.pad_l < 0)
-    return errf("ValueError", fn, "invalid config (stride, padding or dilation)");
+  if (conv_t_cfg(fn, cfg, &c.stride, &c.pad_l, &c.dilation)) return -1;
   c.ksize = cfg[KL_CONV1D_TRANSPOSE_CFG_KSIZE];
   if (c.ksize < 1 || c.stride % c.dilation)
     return errf("ValueError", fn, "invalid config (ksize < 1, or dilation not a divisor of stride)");
