@@ -34,8 +34,8 @@ machine unpacks the parts to DIR/unpacked, installs the wheels whose modules are
 into DIR/unpacked/site, exports the ONNX files there with its own torch and runs as
 above from DIR/unpacked/stage. KModel needs torch, transformers and huggingface_hub;
 kokoro's G2P (misaki) and attrs, which KModel never uses, are stubbed where missing.
-The same-noise check needs kokoro_lstm built there (its ops); without it PyTorch's
-audio is only checked for length and finiteness.
+The PyTorch worker needs kokoro_lstm built there (Kokoro's config and the noise ops of
+the same-noise check); the ONNX Runtime and compiled workers do not.
 
     python benchmarks/bench_kokoro.py --prepare .bench-kokoro-dev --tokens 64,256
     python3 benchmarks/bench_kokoro.py --artifacts .bench-kokoro-dev --tokens 64,256 \

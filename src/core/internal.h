@@ -43,8 +43,10 @@ typedef void (*kl_lstmproj_ukernel_fn)(size_t H, size_t blk0, size_t blk1, const
 
 /* Vector activation over n floats. */
 typedef void (*kl_f32_vunary_fn)(size_t n, const float* x, float* y);
-/* y = x + c sin(a x)^2 (Snake; y may be x) */
-typedef void (*kl_f32_vsnake_fn)(size_t n, const float* x, float a, float c, float* y);
+/* y = z + c sin(a z)^2 with z = (x - m) g + off (Snake after instance norm's affine
+ * step; y may be x) */
+typedef void (*kl_f32_vsnake_fn)(size_t n, const float* x, float m, float g, float off, float a,
+                                 float c, float* y);
 /* *mean and *var (biased) of n >= 1 floats in float64 (f32-rmoments.inc's tree) */
 typedef void (*kl_f32_rmoments_fn)(size_t n, const float* x, double* mean, double* var);
 /* |a x| bound of the vector Snake kernels' sin^2 (simd-math.h's _sinsq: the multiple
@@ -237,7 +239,8 @@ unsigned kl_arch_active(void);   /* those the active ISA level allows */
 #include "f32-vgelu.inc"
 #include "f32-softmax.inc"
 #undef KL_KERNEL
-#define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, float, float, float*);
+#define KL_KERNEL(arch, wt, isa, fn) \
+  void fn(size_t, const float*, float, float, float, float, float, float*);
 #include "f32-vsnake.inc"
 #undef KL_KERNEL
 #define KL_KERNEL(arch, wt, isa, fn) void fn(size_t, const float*, double*, double*);

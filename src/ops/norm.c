@@ -29,8 +29,11 @@ static void norm_row(const kl_instance_norm_args* a, const norm_kernels* k, int6
   const double s = a->scale ? a->scale[a->scale_per_batch ? r : c] : 1.0;
   const double t = a->shift ? a->shift[a->shift_per_batch ? r : c] : 0.0;
   const float m = (float)mean, g = (float)(rstd * w * s), off = (float)(b * s + t);
+  if (k->snake) {
+    k->snake((size_t)L, x, m, g, off, a->snake_a[c], a->snake_c[c], y);
+    return;
+  }
   for (int64_t i = 0; i < L; i++) y[i] = (x[i] - m) * g + off;
-  if (k->snake) k->snake((size_t)L, y, a->snake_a[c], a->snake_c[c], y);
 }
 
 typedef struct norm_job {

@@ -1320,46 +1320,53 @@ static void test_vunary_kernel(const kl_vunary_entry* k, const kl_vunary_entry* 
         "for NaN, no write past n)%s", k->name, what, ref->name, why);
 }
 
-/* Snake against float64: y = x + c sin(t)^2 with t = a x rounded to float, within
- * 6e-7 |c| + 2 eps |y|; odd lengths, in place, x up to 1.2x the fast path's range
- * (libm beyond it), +-inf and NaN give NaN, no write past n. */
+/* Snake against float64: y = z + c sin(t)^2 with z = (x - m) g + off and t = a z
+ * rounded to float, within 6e-7 |c| + 2 eps |y|; with and without the affine step,
+ * odd lengths, in place, z up to 1.2x the fast path's range (libm beyond it), +-inf
+ * and NaN give NaN, no write past n. */
 static void test_vsnake_kernel(const kl_vsnake_entry* k) {
   enum { N = 203 };
   static const float AS[] = {1.0f, 0.37f, 13.0f, -2.5f};
   float x[N], y[N];
   char why[200] = "";
   int ok = 1;
-  for (size_t ia = 0; ia < 4 * 3 && ok; ia++) {
+  for (size_t ia = 0; ia < 4 * 3 * 2 && ok; ia++) {
     const float a = AS[ia % 4], c = 1.0f / a;
-    const double span = ia / 4 == 0 ? 20.0 : ia / 4 == 1 ? 2000.0 : 1.2 * KL_SINSQ_RANGE / fabs(a);
+    const int affine = ia >= 12;
+    const float m = affine ? 0.75f : 0.0f, g = affine ? -1.5f : 1.0f, off = affine ? 0.3f : 0.0f;
+    const double span = ia / 4 % 3 == 0   ? 20.0
+                        : ia / 4 % 3 == 1 ? 2000.0
+                                          : 1.2 * KL_SINSQ_RANGE / fabs(a) / fabs(g);
     for (size_t n = 1; n <= N && ok; n += n < 40 ? 1 : 37) {
       for (size_t i = 0; i < n; i++) x[i] = (float)urand(-span, span);
       if (n > 8) x[n / 3] = INFINITY, x[n / 2] = NAN, x[n - 2] = -INFINITY, x[1] = 0.0f;
       for (size_t i = 0; i < N; i++) y[i] = 12345.0f;
       const int inplace = n % 2;
       if (inplace) memcpy(y, x, n * sizeof(float));
-      k->fn(n, inplace ? y : x, a, c, y);
+      k->fn(n, inplace ? y : x, m, g, off, a, c, y);
       for (size_t i = 0; i < N && ok; i++) {
         if (i >= n) {
           ok = y[i] == 12345.0f;
           if (!ok) snprintf(why, sizeof(why), " (write past n=%zu)", n);
           continue;
         }
-        const double sn = sin((double)(a * x[i]));
-        const double ref = (double)x[i] + (double)c * sn * sn;
+        const float z = (x[i] - m) * g + off;
+        const double sn = sin((double)(a * z));
+        const double ref = (double)z + (double)c * sn * sn;
         if (isnan(ref) || isinf(x[i])) {
           ok = isnan(y[i]);
         } else {
           ok = fabs((double)y[i] - ref) <= 6e-7 * fabs((double)c) + 2.0 * FLT_EPSILON * fabs(ref);
         }
         if (!ok)
-          snprintf(why, sizeof(why), " (a=%g n=%zu x[%zu]=%.9g: %.9g vs float64 %.9g)", (double)a, n,
-                   i, (double)x[i], (double)y[i], ref);
+          snprintf(why, sizeof(why), " (a=%g affine=%d n=%zu x[%zu]=%.9g: %.9g vs float64 %.9g)",
+                   (double)a, affine, n, i, (double)x[i], (double)y[i], ref);
       }
     }
   }
-  check(ok, "[kernel %s] snake vs float64, a = 1, 0.37, 13, -2.5, c = 1/a, |a x| up to 1.2x %g, "
-        "n = 1..40, 77, ..., in place, +-inf / NaN give NaN, no write past n%s",
+  check(ok, "[kernel %s] snake vs float64, a = 1, 0.37, 13, -2.5, c = 1/a, with and without "
+        "(x - m) g + off first, |a z| up to 1.2x %g, n = 1..40, 77, ..., in place, +-inf / NaN give "
+        "NaN, no write past n%s",
         k->name, (double)KL_SINSQ_RANGE, why);
 }
 
