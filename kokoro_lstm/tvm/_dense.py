@@ -242,7 +242,8 @@ def _snake_rule(rw, call, m, scope):
     """Snake on an instance_norm_v1's output (used only here; a and c one value per
     channel) as the same call with ``has_snake``."""
     norm = m["x"]
-    if (_op_name(norm) != "relax.call_dps_packed" or norm.args[0].global_symbol != INSTANCE_NORM_FUNC
+    if (_op_name(norm) != "relax.call_dps_packed"
+            or norm.args[0].global_symbol != INSTANCE_NORM_FUNC
             or scope.uses.get(scope.var.get(norm), 0) != 2):
         return None
     sq = m["sq"]
@@ -260,7 +261,9 @@ def _snake_rule(rw, call, m, scope):
         return None
     a = next((e for e in m["at"].args if not scope.value.get(e, e).same_as(norm)), None)
     c = next((e for e in m["csq"].args if not scope.value.get(e, e).same_as(m["sq"])), None)
-    if a is None or c is None or not all(_per_channel(_static_shape(t), 1, sx[1], len(sx)) for t in (a, c)):
+    if a is None or c is None:
+        return None
+    if not all(_per_channel(_static_shape(t), 1, sx[1], len(sx)) for t in (a, c)):
         return None
     rw._count("snake_fused")
     return extern_call(cfg._replace(has_snake=1), list(norm.args[1].fields[1:]) + [a, c], sx)

@@ -10,7 +10,8 @@ void kl_f32_rmoments__avx2fma(size_t n, const float* x, double* mean, double* va
   size_t i;
   for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_pd();
   for (i = 0; i + KL_RMOMENTS_LANES <= n; i += KL_RMOMENTS_LANES)
-    for (int k = 0; k < 8; k++) a[k] = _mm256_add_pd(a[k], _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k)));
+    for (int k = 0; k < 8; k++)
+      a[k] = _mm256_add_pd(a[k], _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k)));
   for (int k = 0; k < 8; k++) _mm256_storeu_pd(acc + 4 * k, a[k]);
   const double m = kl_rmoments_sum_tail(acc, i, n, x) / (double)n;
   const __m256d vm = _mm256_set1_pd(m);

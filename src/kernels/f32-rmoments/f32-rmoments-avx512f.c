@@ -10,7 +10,8 @@ void kl_f32_rmoments__avx512f(size_t n, const float* x, double* mean, double* va
   size_t i;
   for (int k = 0; k < 4; k++) a[k] = _mm512_setzero_pd();
   for (i = 0; i + KL_RMOMENTS_LANES <= n; i += KL_RMOMENTS_LANES)
-    for (int k = 0; k < 4; k++) a[k] = _mm512_add_pd(a[k], _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8 * k)));
+    for (int k = 0; k < 4; k++)
+      a[k] = _mm512_add_pd(a[k], _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8 * k)));
   for (int k = 0; k < 4; k++) _mm512_storeu_pd(acc + 8 * k, a[k]);
   const double m = kl_rmoments_sum_tail(acc, i, n, x) / (double)n;
   const __m512d vm = _mm512_set1_pd(m);

@@ -10,7 +10,8 @@ KL_INLINE __m256 snake(__m256 x, const __m256 p[5]) {
   const __m256 t = _mm256_mul_ps(p[3], x);
   __m256 s2 = kl_avx2fma_sinsq(t);
   const __m256 at = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), t);
-  const int far = _mm256_movemask_ps(_mm256_cmp_ps(at, _mm256_set1_ps(KL_SINSQ_RANGE), _CMP_NLE_UQ));
+  const int far =
+      _mm256_movemask_ps(_mm256_cmp_ps(at, _mm256_set1_ps(KL_SINSQ_RANGE), _CMP_NLE_UQ));
   if (far) {
     float tt[8], ss[8];
     _mm256_storeu_ps(tt, t);
