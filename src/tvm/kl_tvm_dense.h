@@ -59,5 +59,21 @@ int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny
 
 /* Raises a tvm-ffi error of the given kind (kl_tvm_ffi.c); returns -1. */
 int kl_tvm_raise(const char* kind, const char* msg);
+/* kl_tvm_raise with the message "fn: what"; returns -1. */
+int kl_tvm_errf(const char* kind, const char* fn, const char* what);
+/* Argument `name` of extern fn as a CPU tensor of dtype (code, bits), one lane, into
+ * *out: 0, else raises (TypeError, ValueError) and returns -1. */
+int kl_tvm_cpu_tensor(const char* fn, const TVMFFIAny* arg, const char* name, int code, int bits,
+                      const DLTensor** out);
+/* An extern's config shape (args[0]) for calling convention abi (its first value) with
+ * nmin values, or up to nmax where the last ones are optional: *cfg its values, *ncfg
+ * (may be NULL) their count; else raises, asking to recompile, and returns -1. */
+int kl_tvm_config(const char* fn, const TVMFFIAny* args, int32_t nargs, int64_t abi, int nmin,
+                  int nmax, const int64_t** cfg, int* ncfg);
+/* A config's num_threads v (0: the process default) into *out; else raises, -1. */
+int kl_tvm_cfg_threads(const char* fn, int64_t v, int* out);
+/* The same, compact (unit strides but along dims of one); its element count in *n. */
+int kl_tvm_compact_tensor(const char* fn, const TVMFFIAny* arg, const char* name, int code,
+                          int bits, const DLTensor** out, int64_t* n);
 
 #endif

@@ -17,42 +17,11 @@
 #include "norm.h"
 
 static int errf(const char* kind, const char* what) {
-  char msg[400];
-  snprintf(msg, sizeof(msg), "%s: %s", KL_TVM_INSTANCE_NORM_NAME, what);
-  return kl_tvm_raise(kind, msg);
+  return kl_tvm_errf(kind, KL_TVM_INSTANCE_NORM_NAME, what);
 }
 
-/* A compact float32 CPU tensor argument; its shape into t, element count into *n. */
 static int get_f32(const TVMFFIAny* arg, const char* name, const DLTensor** out, int64_t* n) {
-  char what[200];
-  const DLTensor* t = NULL;
-  if (arg->type_index == kTVMFFIDLTensorPtr) t = (const DLTensor*)arg->v_ptr;
-  else if (arg->type_index == kTVMFFITensor)
-    t = (const DLTensor*)((const char*)arg->v_obj + sizeof(TVMFFIObject));
-  if (!t) {
-    snprintf(what, sizeof(what), "%s must be a tensor (type index %d)", name, (int)arg->type_index);
-    return errf("TypeError", what);
-  }
-  if (t->device.device_type != kDLCPU) {
-    snprintf(what, sizeof(what), "%s must be a CPU tensor", name);
-    return errf("ValueError", what);
-  }
-  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {
-    snprintf(what, sizeof(what), "%s must be float32", name);
-    return errf("TypeError", what);
-  }
-  int64_t count = 1, st = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->strides && t->shape[i] != 1 && t->strides[i] != st) {
-      snprintf(what, sizeof(what), "%s must be compact", name);
-      return errf("ValueError", what);
-    }
-    st *= t->shape[i];
-    count *= t->shape[i];
-  }
-  *out = t;
-  *n = count;
-  return 0;
+  return kl_tvm_compact_tensor(KL_TVM_INSTANCE_NORM_NAME, arg, name, kDLFloat, 32, out, n);
 }
 
 static const float* data_of(const DLTensor* t) {
@@ -63,22 +32,15 @@ int kl_tvm_instance_norm(void* self, const TVMFFIAny* args, int32_t nargs, TVMFF
   (void)self;
   char what[300];
   result->type_index = kTVMFFINone;
-  const TVMFFIShapeCell* cell = nargs >= 1 && args[0].type_index == kTVMFFIShape
-      ? (const TVMFFIShapeCell*)((const char*)args[0].v_obj + sizeof(TVMFFIObject)) : NULL;
-  if (!cell) return errf("TypeError", "the first argument must be the config shape");
-  if (cell->size != KL_INSTANCE_NORM_CFG_N || cell->data[0] != KL_TVM_DENSE_ABI) {
-    snprintf(what, sizeof(what),
-             "the module was compiled for calling convention %lld with %zu config values; this "
-             "engine implements v%d with %d: recompile the module",
-             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_DENSE_ABI,
-             KL_INSTANCE_NORM_CFG_N);
-    return errf("RuntimeError", what);
-  }
-  const int64_t* cfg = cell->data;
+  const int64_t* cfg;
+  if (kl_tvm_config(KL_TVM_INSTANCE_NORM_NAME, args, nargs, KL_TVM_DENSE_ABI,
+                    KL_INSTANCE_NORM_CFG_N, KL_INSTANCE_NORM_CFG_N, &cfg, NULL))
+    return -1;
   for (int i = KL_INSTANCE_NORM_CFG_HAS_WEIGHT; i <= KL_INSTANCE_NORM_CFG_HAS_SNAKE; i++)
     if (cfg[i] != 0 && cfg[i] != 1) return errf("ValueError", "config flags must be 0 or 1");
-  const int64_t nth = cfg[KL_INSTANCE_NORM_CFG_NUM_THREADS];
-  if (nth < 0 || nth > INT32_MAX) return errf("ValueError", "num_threads must be in 0..INT32_MAX");
+  int nth;
+  if (kl_tvm_cfg_threads(KL_TVM_INSTANCE_NORM_NAME, cfg[KL_INSTANCE_NORM_CFG_NUM_THREADS], &nth))
+    return -1;
   double eps;
   memcpy(&eps, &cfg[KL_INSTANCE_NORM_CFG_EPS_BITS], sizeof(eps));
   if (!(eps >= 0)) return errf("ValueError", "eps must be >= 0");
@@ -102,7 +64,7 @@ int kl_tvm_instance_norm(void* self, const TVMFFIAny* args, int32_t nargs, TVMFF
   a.length = a.batch > 0 && a.channels > 0 ? nx / (a.batch * a.channels) : 0;
   a.x = data_of(x);
   a.eps = eps;
-  a.num_threads = (int)nth;
+  a.num_threads = nth;
   const char* names[6] = {"weight", "bias", "scale", "shift", "snake_a", "snake_c"};
   const int has[6] = {hw, hb, hs, ht, hn, hn};
   const float** dst[6] = {&a.weight, &a.bias, &a.scale, &a.shift, &a.snake_a, &a.snake_c};

@@ -26,72 +26,17 @@
 #include "kl_tvm_random.h"
 #include "random.h"
 
-static int errf(const char* kind, const char* fn, const char* what) {
-  char msg[400];
-  snprintf(msg, sizeof(msg), "%s: %s", fn, what);
-  return kl_tvm_raise(kind, msg);
-}
-
-static const DLTensor* as_dltensor(const TVMFFIAny* a) {
-  if (a->type_index == kTVMFFIDLTensorPtr) return (const DLTensor*)a->v_ptr;
-  if (a->type_index == kTVMFFITensor) return (const DLTensor*)((const char*)a->v_obj + sizeof(TVMFFIObject));
-  return NULL;
-}
-
-/* A compact CPU tensor argument of this dtype (code, bits); its element count in *n. */
-static int get_tensor(const char* fn, const TVMFFIAny* arg, const char* name, int code, int bits,
-                      const DLTensor** out, int64_t* n) {
-  char what[200];
-  const DLTensor* t = as_dltensor(arg);
-  if (!t) {
-    snprintf(what, sizeof(what), "%s must be a tensor (type index %d)", name, (int)arg->type_index);
-    return errf("TypeError", fn, what);
-  }
-  if (t->device.device_type != kDLCPU) {
-    snprintf(what, sizeof(what), "%s must be a CPU tensor, got device type %d", name,
-             (int)t->device.device_type);
-    return errf("ValueError", fn, what);
-  }
-  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
-    snprintf(what, sizeof(what), "%s must be %s", name, code == kDLFloat ? "float32" : "int64");
-    return errf("TypeError", fn, what);
-  }
-  int64_t count = 1, st = 1;
-  int compact = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    if (t->strides && t->shape[i] != 1 && t->strides[i] != st) compact = 0;
-    st *= t->shape[i];
-    count *= t->shape[i];
-  }
-  if (!compact) {
-    snprintf(what, sizeof(what), "%s must be compact", name);
-    return errf("ValueError", fn, what);
-  }
-  *out = t;
-  *n = count;
-  return 0;
-}
-
 int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
   static const char* fn = KL_TVM_RANDOM_NAME;
   char what[300];
   result->type_index = kTVMFFINone;
-  const TVMFFIShapeCell* cell = nargs >= 1 && args[0].type_index == kTVMFFIShape
-      ? (const TVMFFIShapeCell*)((const char*)args[0].v_obj + sizeof(TVMFFIObject)) : NULL;
-  if (!cell) return errf("TypeError", fn, "the first argument must be the config shape");
-  if (cell->size != KL_RANDOM_CFG_N || cell->data[KL_RANDOM_CFG_ABI] != KL_TVM_RANDOM_ABI) {
-    snprintf(what, sizeof(what),
-             "the module was compiled for calling convention %lld with %zu config values; this "
-             "engine implements v%d with %d: recompile the module",
-             cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_RANDOM_ABI,
-             KL_RANDOM_CFG_N);
-    return errf("RuntimeError", fn, what);
-  }
-  const int64_t* cfg = cell->data;
+  const int64_t* cfg;
+  if (kl_tvm_config(fn, args, nargs, KL_TVM_RANDOM_ABI, KL_RANDOM_CFG_N, KL_RANDOM_CFG_N, &cfg, NULL))
+    return -1;
   if (nargs != 3) {
     snprintf(what, sizeof(what), "expected 3 arguments (cfg, seed, y), got %d", (int)nargs);
-    return errf("TypeError", fn, what);
+    return kl_tvm_errf("TypeError", fn, what);
   }
   const int64_t dist = cfg[KL_RANDOM_CFG_DIST], stream = cfg[KL_RANDOM_CFG_STREAM],
                 nth = cfg[KL_RANDOM_CFG_NUM_THREADS];
@@ -101,23 +46,23 @@ int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
              "config (dist %lld, stream %lld, num_threads %lld): dist must be 0 (uniform) or 1 "
              "(normal), stream and num_threads >= 0",
              (long long)dist, (long long)stream, (long long)nth);
-    return errf("ValueError", fn, what);
+    return kl_tvm_errf("ValueError", fn, what);
   }
   const DLTensor *seed, *y;
   int64_t nseed, n;
-  if (get_tensor(fn, &args[1], "seed", kDLInt, 64, &seed, &nseed) ||
-      get_tensor(fn, &args[2], "y", kDLFloat, 32, &y, &n))
+  if (kl_tvm_compact_tensor(fn, &args[1], "seed", kDLInt, 64, &seed, &nseed) ||
+      kl_tvm_compact_tensor(fn, &args[2], "y", kDLFloat, 32, &y, &n))
     return -1;
   if (nseed != 1) {
     snprintf(what, sizeof(what), "seed must have one element, got %lld", (long long)nseed);
-    return errf("ValueError", fn, what);
+    return kl_tvm_errf("ValueError", fn, what);
   }
   int64_t s;
   memcpy(&s, (const char*)seed->data + seed->byte_offset, sizeof(s));
   const kl_status st = kl_f32_random((int)dist, (uint64_t)s, (uint64_t)stream, 0, n,
                                      (float*)((char*)y->data + y->byte_offset), (int)nth);
   if (st != KL_OK)
-    return errf(st == KL_ERR_NOMEM ? "MemoryError" : st == KL_ERR_ARG ? "ValueError" : "RuntimeError",
+    return kl_tvm_errf(st == KL_ERR_NOMEM ? "MemoryError" : st == KL_ERR_ARG ? "ValueError" : "RuntimeError",
                 fn, kl_status_str(st));
   return 0;
 }
@@ -151,11 +96,11 @@ int kl_tvm_fresh_seed(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAn
   (void)self;
   static const char* fn = KL_TVM_FRESH_SEED_NAME;
   result->type_index = kTVMFFINone;
-  if (nargs != 1) return errf("TypeError", fn, "expected one argument (the int64 seed to write)");
+  if (nargs != 1) return kl_tvm_errf("TypeError", fn, "expected one argument (the int64 seed to write)");
   const DLTensor* t;
   int64_t n;
-  if (get_tensor(fn, &args[0], "seed", kDLInt, 64, &t, &n)) return -1;
-  if (n != 1) return errf("ValueError", fn, "seed must have one element");
+  if (kl_tvm_compact_tensor(fn, &args[0], "seed", kDLInt, 64, &t, &n)) return -1;
+  if (n != 1) return kl_tvm_errf("ValueError", fn, "seed must have one element");
   uint64_t key = atomic_load_explicit(&g_key, memory_order_acquire);
   if (!key) { /* the first caller's draw wins; 0 stays the "not drawn" mark */
     uint64_t mine = os_entropy() | 1, expected = 0;
