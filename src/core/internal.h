@@ -178,6 +178,12 @@ typedef void (*kl_task_fn)(void* ctx, int ith, int nth);
  * runs i == 0. Returns KL_ERR_THREAD if workers could not be started. */
 #define KL_MAX_THREADS 512 /* kl_pool_run clamps nth to it; < 1024: nth travels in the low bits of gen */
 kl_status kl_pool_run(int nth, kl_task_fn fn, void* ctx);
+/* The next of ntasks tasks handed out dynamically by the counter *next, or -1 when
+ * none is left (the dense ops' pool tasks). */
+static inline int64_t kl_take_task(atomic_llong* next, int64_t ntasks) {
+  const int64_t t = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+  return t < ntasks ? t : -1;
+}
 /* n in 1..kl_max_threads(): every count that enters the engine (an argument,
  * the default, a config value) is capped with it once, where it enters, before
  * any plan is made from it; kl_pool_run runs the count it is given. */

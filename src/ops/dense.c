@@ -36,11 +36,6 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The next index of a job's tasks, dealt to threads as they come free, or -1
  * when none is left. */
-static int64_t take_task(atomic_llong* next, int64_t ntasks) {
-  const int64_t t = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
-  return t < ntasks ? t : -1;
-}
-
 typedef struct mm_job {
   const kl_matmul_args* a;
   kl_f32_vunary_fn gelu; /* for act == KL_ACT_GELU_TANH */
@@ -118,7 +113,7 @@ static void mm_task(void* ctx, int ith, int nth) {
   (void)ith;
   (void)nth;
   mm_job* j = ctx;
-  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) mm_tile(j, t);
+  for (int64_t t; (t = kl_take_task(&j->next, j->ntasks)) >= 0;) mm_tile(j, t);
 }
 
 /* Runs fn on the pool with nth threads, BLAS single-threaded meanwhile. */
@@ -209,7 +204,7 @@ static void pk_tile(const pk_job* j, int64_t t, int ith) {
 static void pk_task(void* ctx, int ith, int nth) {
   (void)nth;
   pk_job* j = ctx;
-  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) pk_tile(j, t, ith);
+  for (int64_t t; (t = kl_take_task(&j->next, j->ntasks)) >= 0;) pk_tile(j, t, ith);
 }
 
 /* When tasks are dealt in order to whichever of nth threads is free first
@@ -386,7 +381,7 @@ static void ph_task(void* ctx, int ith, int nth) {
   (void)nth;
   ph_job* j = ctx;
   float* tile = j->tiles + (int64_t)ith * j->mb * KL_PGEMM_NR;
-  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) ph_tile(j, t, tile);
+  for (int64_t t; (t = kl_take_task(&j->next, j->ntasks)) >= 0;) ph_tile(j, t, tile);
 }
 
 /* Runs j (its fields up to kern filled): blocks of rows of at most
@@ -613,7 +608,7 @@ static void dc_task(void* ctx, int ith, int nth) {
   (void)nth;
   dc_job* j = ctx;
   float* buf = j->bufs + (int64_t)ith * j->K * KL_PGEMM_NR;
-  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) {
+  for (int64_t t; (t = kl_take_task(&j->next, j->ntasks)) >= 0;) {
     const int64_t b = t / j->runs, r = t % j->runs;
     const int64_t e = (r + 1) * KL_DC_BLOCKS < j->nblk ? (r + 1) * KL_DC_BLOCKS : j->nblk;
     for (int64_t blk = r * KL_DC_BLOCKS; blk < e; blk++) dc_block(j, b, blk * KL_PGEMM_NR, buf);
@@ -967,14 +962,14 @@ static void attn_pack_task(void* ctx, int ith, int nth) {
   (void)ith;
   (void)nth;
   attn_job* j = ctx;
-  for (int64_t t; (t = take_task(&j->next, j->a->batch * j->a->heads)) >= 0;) attn_pack(j, t);
+  for (int64_t t; (t = kl_take_task(&j->next, j->a->batch * j->a->heads)) >= 0;) attn_pack(j, t);
 }
 
 static void attn_task(void* ctx, int ith, int nth) {
   (void)nth;
   attn_job* j = ctx;
   float* sc = j->scores + (size_t)ith * (size_t)(j->rows * j->lds);
-  for (int64_t t; (t = take_task(&j->next, j->ntasks)) >= 0;) attn_block(j, t, sc);
+  for (int64_t t; (t = kl_take_task(&j->next, j->ntasks)) >= 0;) attn_block(j, t, sc);
 }
 
 kl_status kl_f32_attention(const kl_attention_args* a) {

@@ -47,11 +47,7 @@ static void norm_task(void* ctx, int ith, int nth) {
   (void)ith;
   (void)nth;
   norm_job* j = ctx;
-  for (;;) {
-    const int64_t r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    if (r >= j->rows) return;
-    norm_row(j->a, &j->k, r);
-  }
+  for (int64_t r; (r = kl_take_task(&j->next, j->rows)) >= 0;) norm_row(j->a, &j->k, r);
 }
 
 kl_status kl_f32_instance_norm(const kl_instance_norm_args* a) {

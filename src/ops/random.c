@@ -85,9 +85,7 @@ static void rand_task(void* ctx, int ith, int nth) {
   (void)ith;
   (void)nth;
   rand_job* j = ctx;
-  for (;;) {
-    const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    if (c >= j->nchunks) return;
+  for (int64_t c; (c = kl_take_task(&j->next, j->nchunks)) >= 0;) {
     const int64_t k0 = c * KL_RANDOM_CHUNK, k1 = k0 + KL_RANDOM_CHUNK < j->n ? k0 + KL_RANDOM_CHUNK : j->n;
     fill(j->dist, j->key, j->stream, j->start + k0, j->start + k1, j->y + k0);
   }
