@@ -41,6 +41,10 @@ SOURCES = [
      ["kokoro_xeon16-t64.json", "kokoro_xeon16-t256.json", "kokoro_xeon16-t256-2-16.json"]),
     ("tvm", "TVM lowerings of one LSTM (Kokoro's shape)", ["tvm.json"]),
     ("cuda", "CUDA: patched nn.LSTM vs cuDNN", ["cuda_h100.json"]),
+    ("compile", "CUDA: Kokoro's KModel under torch.compile, patched and not",
+     ["compile_h200_t64.json", "compile_h200_t256.json"]),
+    ("compile", "CUDA: the patched KModel compiled in a fresh process",
+     ["compile_h200_patched_t64.json"]),
 ]
 
 
@@ -254,7 +258,24 @@ def render_cuda(docs: list, names: list, results_dir: str) -> list[str]:
     return lines + [""]
 
 
-RENDER = {"lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
+# ---- bench_compile.py (compile_*.json) -----------------------------------------------------
+
+def render_compile(docs: list, names: list, results_dir: str) -> list[str]:
+    d0 = docs[0]
+    lines = [f"{d0['device']}, torch {d0['torch']}; `KModel.forward_with_tokens`, random weights, 4 "
+             f"frames per token, wall ms per call (synchronized), alternated, medians and minima of "
+             f"{d0['rounds']} rounds; ro = CUDA graphs (reduce-overhead). "
+             + ", ".join(f"`results/{n}`" for n in names) + ".", "",
+             "| tokens | variant | median ms | min ms | × eager | compile + warm-up s |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for d in docs:
+        for r in d["rows"]:
+            lines.append(f"| {d['tokens']} | {r['variant']} | {_ms(r['median_ms'])} | "
+                         f"{_ms(r['min_ms'])} | {r['x_eager']:.2f}× | {r['warmup_s']:.1f} |")
+    return lines + [""]
+
+
+RENDER = {"compile": render_compile, "lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
           "kmodel": render_kmodel, "kokoro": render_kokoro, "tvm": render_tvm, "cuda": render_cuda}
 
 

@@ -38,9 +38,11 @@ Python API:
 * :func:`patch_lstm_modules` / :func:`unpatch_lstm_modules`: swap every ``nn.LSTM``
   in a model for :class:`KokoroLSTM` (same parameters, state_dict keys, forward
   signature and results; one op call per layer; PackedSequence supported) and back.
+  ``torch.compile`` traces a patched LSTM without a graph break (``fullgraph=True``,
+  CUDA graphs), each layer one op node.
 * :func:`exportable_packing`: a context manager under which
-  ``pack_padded_sequence`` / ``pad_packed_sequence`` around a patched LSTM export as
-  one packed op that takes the lengths as a real graph input.
+  ``pack_padded_sequence`` / ``pad_packed_sequence`` around a patched LSTM export (and
+  compile) as one packed op that takes the lengths as a real graph input.
 
 Typical use (non-strict or strict export, static or dynamic shapes)::
 
@@ -667,12 +669,16 @@ def exportable_packing():
 # --------------------------------------------------------------------------------------
 # Patched nn.LSTM
 # --------------------------------------------------------------------------------------
-class KokoroLSTM(nn.LSTM):
-    """nn.LSTM whose forward runs the kokoro ops (one op call per layer).
+class KokoroLSTM(nn.RNNBase):
+    """An LSTM whose forward runs the kokoro ops (one op call per layer).
 
     Same parameters, state_dict keys, constructor, forward signature and results as
     nn.LSTM; made by :func:`patch_lstm_modules` (which swaps an instance's class in
     place) or constructed directly. proj_size > 0 is not supported by the ops.
+    It is an ``nn.RNNBase`` but not an ``nn.LSTM``: TorchDynamo refuses every
+    ``nn.LSTM`` instance, so only this way does ``torch.compile`` trace it (the ops as
+    one graph node each; ``fullgraph=True`` and CUDA graphs work).
+    ``isinstance(m, (nn.LSTM, KokoroLSTM))`` finds both.
     When autograd records the call (grad mode on and a parameter, the input or a
     state requires grad), it runs PyTorch's own LSTM instead, so training and
     ``backward()`` work as with nn.LSTM; under ``torch.no_grad()`` /
@@ -681,6 +687,14 @@ class KokoroLSTM(nn.LSTM):
     float32 or all float64 (float16 and bfloat16 modules: the ops have no
     half-precision inputs), so a patched module runs wherever the unpatched one does.
     """
+
+    def __init__(self, *args, **kwargs):
+        nn.RNNBase.__init__(self, "LSTM", *args, **kwargs)
+
+    # nn.LSTM's own methods (nn.LSTM.forward, run when autograd records, calls them)
+    get_expected_cell_size = nn.LSTM.get_expected_cell_size
+    check_forward_args = nn.LSTM.check_forward_args
+    permute_hidden = nn.LSTM.permute_hidden
 
     def forward(self, input, hx=None):  # noqa: A002 - nn.LSTM's signature
         if self.proj_size > 0:
@@ -696,13 +710,11 @@ class KokoroLSTM(nn.LSTM):
                                         masked=True), hidden
         if isinstance(input, PackedSequence):
             # original batch order throughout: hx is given in that order too.
-            padded, lengths = _orig_pad_packed_sequence(input, batch_first=False)
+            steps, rows, padded, lengths = _unpack(input)
             out, hidden = self._run(padded, hx, lengths)
             if input.sorted_indices is not None:
                 out = out.index_select(1, input.sorted_indices)
-                lengths = lengths.index_select(0, input.sorted_indices.cpu())
-            data = _orig_pack_padded_sequence(out, lengths, enforce_sorted=True).data
-            return PackedSequence(data, input.batch_sizes, input.sorted_indices,
+            return PackedSequence(out[steps, rows], input.batch_sizes, input.sorted_indices,
                                   input.unsorted_indices), hidden
         if input.dim() not in (2, 3):
             raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D instead")
@@ -772,6 +784,26 @@ class KokoroLSTM(nn.LSTM):
         if L == 1:
             return x, (hs[0], cs[0])
         return x, (torch.cat(hs, 0), torch.cat(cs, 0))
+
+
+def _unpack(seq: PackedSequence):
+    """A PackedSequence as (step, row) of each packed row in the sorted batch, the padded
+    tensor [T, B, *] and the lengths [B] (host int64), both in the original batch order.
+    Index arithmetic with static shapes (pad_packed_sequence's are data-dependent, so
+    TorchDynamo cannot trace it); B is data-dependent only when sorted_indices is None."""
+    data, sizes = seq.data, seq.batch_sizes
+    T, N = sizes.shape[0], data.shape[0]
+    B = seq.sorted_indices.shape[0] if seq.sorted_indices is not None else int(sizes[0])
+    ends = torch.cumsum(sizes, 0)
+    steps = torch.searchsorted(ends, torch.arange(N), right=True)
+    rows = torch.arange(N) - (ends - sizes)[steps]
+    lengths = (sizes.unsqueeze(0) > torch.arange(B).unsqueeze(1)).sum(1)
+    steps, rows = steps.to(data.device), rows.to(data.device)
+    padded = data.new_zeros((T, B) + tuple(data.shape[1:])).index_put((steps, rows), data)
+    if seq.unsorted_indices is not None:
+        padded = padded.index_select(1, seq.unsorted_indices)
+        lengths = lengths.index_select(0, seq.unsorted_indices.cpu())
+    return steps, rows, padded, lengths
 
 
 def _needs_autograd(module, input, hx) -> bool:

@@ -3,6 +3,8 @@
 Fenced blocks by info string:
 - ``python``: run in a fresh interpreter in an empty directory;
 - ``python gpu``: the same where CUDA is available, else skipped with that reason;
+- ``python kokoro``: the same in a directory holding Kokoro-82M's ``config.json`` and a
+  ``kokoro-v1_0.pth`` of random weights (what a Kokoro user has);
 - ``sh run``: run with bash (the venv's scripts on PATH) in an empty directory;
 - ``sh``, ``text``, ``c``: commands or text to read, not run.
 Any other info string fails, so a block cannot be left out by accident.
@@ -19,7 +21,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
-RUN = {"python": "python", "python gpu": "python", "sh run": "sh"}
+RUN = {"python": "python", "python gpu": "python", "python kokoro": "python", "sh run": "sh"}
 READ_ONLY = {"sh", "text", "c", ""}
 FENCE = re.compile(r"^```([^`\n]*)\n(.*?)^```\s*$", re.M | re.S)
 TIMEOUT = 300
@@ -64,11 +66,24 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _kokoro_files(folder):
+    """config.json and kokoro-v1_0.pth (random weights) as a Kokoro user has them."""
+    import json
+
+    from deploy import tts
+
+    with open(folder / "config.json", "w") as f:
+        json.dump(tts.config(), f)
+    tts.save(tts.kmodel(seed=0), str(folder / "kokoro-v1_0.pth"))
+
+
 @pytest.mark.parametrize("block", RUNNABLE, ids=[f"{f}:{n}" for f, n, _, _ in RUNNABLE])
 def test_example_runs(block, tmp_path):
     path, line, info, src = block
     if info == "python gpu" and not _cuda_available():
         pytest.skip(f"{path}:{line} needs an NVIDIA GPU (marked ```python gpu)")
+    if info == "python kokoro":
+        _kokoro_files(tmp_path)
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.setdefault("KOKORO_LSTM_NUM_THREADS", "2")
