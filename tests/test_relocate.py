@@ -246,3 +246,40 @@ def test_gpu_deploy_ships_every_library(exported, tmp_path):
 
     soname, path = _link.blas_library()
     assert gd.shipped_libs(str(exported["kt"] / "kt.so"), _Engine()) == {soname: path}
+
+
+def test_cpp_runner_runs_the_relocated_folder(exported, tmp_path):
+    """No Python where it runs: tests/deploy/run_artifact.cc, built against copies of
+    TVM's runtime libraries in a folder of their own, runs a relocated library, which
+    takes the BLAS beside it (the installed BLAS hidden where mount namespaces work)."""
+    import shlex
+
+    from conftest import REQUIRE
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from deploy.artifacts import runner_command, runtime_libs, write_manifest
+
+    cxx = shlex.split(os.environ.get("CXX", "")) or ["g++"]
+    if not shutil.which(cxx[0]):
+        msg = f"no C++ compiler ({cxx[0]!r}; set CXX) for tests/deploy/run_artifact.cc"
+        if REQUIRE:
+            pytest.fail(msg + " (KOKORO_LSTM_REQUIRE=1: this test must run)")
+        pytest.skip(msg)
+    runtime = tmp_path / "tvm-runtime"
+    runtime.mkdir()
+    incs, libs = runtime_libs()
+    copies = [shutil.copy2(p, runtime) for p in libs]
+    exe = runtime / "run_artifact"
+    cmd = runner_command(cxx, exe, incs, copies, rpath=False) + ["-Wl,-rpath,$ORIGIN"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"building the runner failed:\n{' '.join(cmd)}\n{r.stderr}"
+    soname, installed = _link.blas_library()
+    dest = _relocated(exported["kt"], tmp_path)
+    d = np.load(dest / "kt.npz")
+    manifest = write_manifest(str(dest), [d["in0"]],
+                              [d[k] for k in sorted(d.files) if k.startswith("out")])
+    (tmp_path / "empty").mkdir()
+    prefix = _hiding(os.path.dirname(installed), str(tmp_path / "empty")) or []
+    r = subprocess.run([*prefix, str(exe), str(dest / "kt.so"), "main", manifest, "0"],
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
