@@ -56,10 +56,10 @@ def _env():
             if k != "LD_LIBRARY_PATH" and not k.startswith("PYTHON")}
 
 
-def _run(folder, name, prefix=()):
+def _run(folder, name, prefix=(), **env):
     return subprocess.run([*prefix, sys.executable, "-c", textwrap.dedent(_RUN), str(folder),
                            name, _link.blas_library()[0]], cwd=tempfile.gettempdir(),
-                          env=_env(), capture_output=True, text=True, timeout=300)
+                          env=dict(_env(), **env), capture_output=True, text=True, timeout=300)
 
 
 def _needed_and_paths(so):
@@ -169,8 +169,9 @@ def _hiding(path, empty):
 
 def test_artifact_runs_where_the_blas_is_not_installed(exported, tmp_path):
     """The installed BLAS hidden, as on a machine with only TVM's runtime: the copy runs
-    with the BLAS beside it; without it, the load says which file to copy beside it and
-    a call that needs it stops with the same line."""
+    with the BLAS beside it, or in a folder LD_LIBRARY_PATH names (tools/gpu_deploy.py's
+    layout); without either, the load says which file to copy beside it and a call that
+    needs it stops with the same line."""
     soname, installed = _link.blas_library()
     (tmp_path / "empty").mkdir()
     prefix = _hiding(os.path.dirname(installed), str(tmp_path / "empty"))
@@ -181,7 +182,11 @@ def test_artifact_runs_where_the_blas_is_not_installed(exported, tmp_path):
     r = _run(dest, "kt", prefix)
     assert r.returncode == 0 and r.stdout.split() == ["ok", str(dest / soname)], \
         r.stdout + r.stderr
-    os.unlink(dest / soname)
+    (tmp_path / "blas").mkdir()
+    os.rename(dest / soname, tmp_path / "blas" / soname)
+    r = _run(dest, "kt", prefix, LD_LIBRARY_PATH=str(tmp_path / "blas"))
+    assert r.returncode == 0 and r.stdout.split() == ["ok", str(tmp_path / "blas" / soname)], \
+        r.stdout + r.stderr
     r = _run(dest, "kt", prefix)
     assert r.returncode != 0, r.stdout + r.stderr
     line = f"kokoro_lstm engine in {dest / 'kt.so'}: {soname} not found"
