@@ -30,7 +30,8 @@ Methods (``lstm_method`` / ``method``):
     :mod:`kokoro_lstm.tvm._native`). The lowering attaches the engine to the module
     (:func:`attach_engine`), so TVM's own ``ex.export_library`` (or
     :func:`export_library`) links it: the library runs where TVM's runtime runs,
-    without Python.
+    without Python, with the BLAS file beside it (:func:`export_library` writes it;
+    :func:`copy_blas` after a plain export).
 ``tir``
     One TIR PrimFunc per layer with a loop over time (the IR does not grow with T):
     the input projection is hoisted out of the time loop as one register-blocked
@@ -234,8 +235,9 @@ def _maybe_attach(mod):
 def attach_engine(mod):
     """``mod`` (a Relax IRModule) carrying the kokoro_lstm engine: ``tvm.compile``
     imports it into the program as a static-library module, so that TVM's own
-    ``ex.export_library(path)`` links the engine (and its OpenBLAS) into the library,
-    which then runs where kokoro_lstm is not installed. :func:`from_exported_program`
+    ``ex.export_library(path)`` links the engine (and its BLAS loader) into the library,
+    which then runs where kokoro_lstm is not installed, given the BLAS file beside it
+    (:func:`copy_blas`) or on the machine that exported it. :func:`from_exported_program`
     (``native``) and :func:`rewrite_dense` call it; call it yourself on modules you
     lower with upstream's importer and :func:`convert_map`. Linux (GNU ld) only.
 
@@ -307,7 +309,8 @@ def export_library(ex, path, *, copy_blas: bool = True, **kwargs):
     (:func:`attach_engine`: then this is plain ``ex.export_library``), and, when it calls
     the engine and ``copy_blas`` is true, writing the engine's OpenBLAS beside the library
     (:func:`copy_blas`). The folder then runs where TVM's runtime (``libtvm_runtime`` +
-    ``libtvm_ffi``) runs, copied anywhere: the library names no absolute path."""
+    ``libtvm_ffi``) runs, copied anywhere: the library's ``NEEDED`` list names no path
+    and no BLAS (docs/deployment.md)."""
     import os
 
     from ._link import carries_engine
