@@ -237,8 +237,8 @@ def test_gpu_deploy_ships_every_library(exported, tmp_path):
                                    f"-Wl,-soname,{soname}"], check=True)
     top = tmp_path / "top.so"
     subprocess.run(compiler + ["-shared", "-fPIC", "-x", "c", str(src), "-x", "none", "-o",
-                               str(top), "-Wl,--no-as-needed", str(by_path), f"-L{tmp_path}", "-lklname",
-                               f"-Wl,-rpath,{tmp_path}"], check=True)
+                               str(top), "-Wl,--no-as-needed", str(by_path), f"-L{tmp_path}",
+                               "-lklname", f"-Wl,-rpath,{tmp_path}"], check=True)
     assert _needed_and_paths(top)[0][:2] == [str(by_path), by_name.name]
     assert gd._needed_libs(str(top)) == {by_path.name: str(by_path), by_name.name: str(by_name)}
     os.unlink(by_name)

@@ -83,25 +83,30 @@ static void resolve(void) {
     fprintf(stderr, "%s\n", blas.error);
     return;
   }
-  /* memcpy: ISO C has no conversion from dlsym's void* to a function pointer. */
-  void* p[4] = {dlsym(h, KL_STR(KL_SYM(cblas_sgemm))), dlsym(h, KL_STR(KL_SYM(cblas_dgemm))),
-                dlsym(h, KL_STR(KL_SYM(openblas_get_num_threads))),
-                dlsym(h, KL_STR(KL_SYM(openblas_set_num_threads)))};
+  static const char* const names[4] = {
+      KL_STR(KL_SYM(cblas_sgemm)), KL_STR(KL_SYM(cblas_dgemm)),
+      KL_STR(KL_SYM(openblas_get_num_threads)), KL_STR(KL_SYM(openblas_set_num_threads))};
+  void* p[4];
   for (int i = 0; i < 4; i++) {
+    p[i] = dlsym(h, names[i]);
     if (!p[i]) {
-      snprintf(blas.error, sizeof blas.error, "kokoro_lstm engine: " KL_BLAS_SONAME
-               " lacks an OpenBLAS function it needs (" KL_STR(KL_SYM(cblas_sgemm)) " and 3 more)");
+      snprintf(blas.error, sizeof blas.error, "kokoro_lstm engine: " KL_BLAS_SONAME " has no %s",
+               names[i]);
       fprintf(stderr, "%s\n", blas.error);
+      dlclose(h);
       return;
     }
   }
+  /* memcpy: ISO C has no conversion from dlsym's void* to a function pointer. */
   memcpy(&blas.sgemm, &p[0], sizeof p[0]);
   memcpy(&blas.dgemm, &p[1], sizeof p[1]);
   memcpy(&blas.get_threads, &p[2], sizeof p[2]);
   memcpy(&blas.set_threads, &p[3], sizeof p[3]);
 }
 
-__attribute__((constructor)) static void resolve_at_load(void) { pthread_once(&blas_once, resolve); }
+__attribute__((constructor)) static void resolve_at_load(void) {
+  pthread_once(&blas_once, resolve);
+}
 
 /* The library, or the load's message and abort: the engine's BLAS calls have no error path. */
 static void need_blas(void) {
