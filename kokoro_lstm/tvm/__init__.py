@@ -30,7 +30,8 @@ Methods (``lstm_method`` / ``method``):
     :mod:`kokoro_lstm.tvm._native`). The lowering attaches the engine to the module
     (:func:`attach_engine`), so TVM's own ``ex.export_library`` (or
     :func:`export_library`) links it: the library runs where TVM's runtime runs,
-    without Python.
+    without Python, with the BLAS file beside it (:func:`export_library` writes it;
+    :func:`copy_blas` after a plain export).
 ``tir``
     One TIR PrimFunc per layer with a loop over time (the IR does not grow with T):
     the input projection is hoisted out of the time loop as one register-blocked
@@ -70,7 +71,8 @@ from ._noise import with_fresh_seed
 
 __all__ = ["METHODS", "NATIVE_FUNC_NAME", "select_method", "convert_map",
            "from_exported_program", "decomposition_table", "register_native", "ir_size",
-           "clear_cache", "cache_info", "export_library", "export_options", "uses_engine",
+           "clear_cache", "cache_info", "export_library", "export_options", "copy_blas",
+           "uses_engine",
            "attach_engine",
            "DENSE_METHODS", "select_dense_method", "rewrite_dense", "count_dense_calls",
            "cpu_pipeline", "prepare", "with_fresh_seed"]
@@ -233,8 +235,9 @@ def _maybe_attach(mod):
 def attach_engine(mod):
     """``mod`` (a Relax IRModule) carrying the kokoro_lstm engine: ``tvm.compile``
     imports it into the program as a static-library module, so that TVM's own
-    ``ex.export_library(path)`` links the engine (and its OpenBLAS) into the library,
-    which then runs where kokoro_lstm is not installed. :func:`from_exported_program`
+    ``ex.export_library(path)`` links the engine (and its BLAS loader) into the library,
+    which then runs where kokoro_lstm is not installed, given the BLAS file beside it
+    (:func:`copy_blas`) or on the machine that exported it. :func:`from_exported_program`
     (``native``) and :func:`rewrite_dense` call it; call it yourself on modules you
     lower with upstream's importer and :func:`convert_map`. Linux (GNU ld) only.
 
@@ -266,38 +269,60 @@ def export_options() -> dict:
     the engine into the exported library, so that it runs without Python:
 
     * ``addons``: ``kokoro_lstm/lib/kokoro_lstm_tvm.o``, the engine (core, kernels,
-      tvm-ffi glue) as one relocatable object with hidden symbols; a constructor
-      registers its functions when the library is loaded;
-    * ``options``: the OpenBLAS it was built against, as installed now (the
-      ``scipy_openblas32`` package's library directory, with an rpath to it; or the
-      system OpenBLAS through pkg-config / ``ldconfig -p``; see :mod:`._link`; a
-      one-line :class:`~kokoro_lstm.tvm._link.BlasNotFound` names what to install
-      when it is missing), ``-lpthread -lm``, and an ``$ORIGIN`` rpath so that a BLAS
-      library copied next to the artifact is found.
+      tvm-ffi glue) as one relocatable object with hidden symbols, whose constructor
+      registers its functions when the library is loaded; and its BLAS loader
+      (:func:`~kokoro_lstm.tvm._link.loader_object`), which finds the OpenBLAS the engine
+      was built against when the library is loaded (in the process, beside the library,
+      on the dynamic linker's path, or where it is installed now), so that the library
+      names no BLAS in its ``NEEDED`` list; a one-line
+      :class:`~kokoro_lstm.tvm._link.BlasNotFound` names what to install when it is
+      missing here;
+    * ``options``: ``-lpthread -ldl -lm``.
+
+    The BLAS file itself is not written: :func:`export_library` copies it beside the
+    library (:func:`copy_blas`).
     """
     import sys
 
-    from ._link import blas_link_flags, engine_object
+    from ._link import engine_object, loader_object
 
-    obj = engine_object()
     # TVM puts options before the objects, so with --as-needed (a distribution default)
     # the linker would drop the libraries the engine object needs: keep them.
     keep = ["-Wl,--no-as-needed"] if sys.platform.startswith("linux") else []
-    return {"addons": [obj],
-            "options": keep + blas_link_flags() + ["-lpthread", "-ldl", "-lm",
-                                                   "-Wl,-rpath,$ORIGIN"]}
+    return {"addons": [engine_object(), loader_object()],
+            "options": keep + ["-lpthread", "-ldl", "-lm"]}
 
 
-def export_library(ex, path, **kwargs):
+def copy_blas(folder) -> str:
+    """Writes the OpenBLAS the engine calls into ``folder`` (under its soname:
+    ``libscipy_openblas.so`` or ``libopenblas.so.0``), where a library exported into that
+    folder finds it when loaded on another machine; returns the file's path. Needed
+    after TVM's plain ``ex.export_library``; :func:`export_library` does it."""
+    from ._link import copy_blas as _copy
+
+    return _copy(folder)
+
+
+def export_library(ex, path, *, copy_blas: bool = True, **kwargs):
     """``ex.export_library(path, **kwargs)``, linking the engine into the library when
     the module calls it (see :func:`export_options`) and does not carry it already
-    (:func:`attach_engine`: then this is plain ``ex.export_library``). The result needs only TVM's
-    runtime (``libtvm_runtime`` + ``libtvm_ffi``) and OpenBLAS where it runs."""
-    from ._link import carries_engine
+    (:func:`attach_engine`: then this is plain ``ex.export_library``), and, when it calls
+    the engine and ``copy_blas`` is true, writing the engine's OpenBLAS beside the library
+    (:func:`copy_blas`). The folder then runs where TVM's runtime (``libtvm_runtime`` +
+    ``libtvm_ffi``) runs, copied anywhere: the library's ``NEEDED`` list names no path
+    and no BLAS (docs/deployment.md)."""
+    import os
 
-    if uses_engine(ex) and not carries_engine(getattr(ex, "mod", ex)):
+    from ._link import carries_engine
+    from ._link import copy_blas as _copy_blas
+
+    engine = uses_engine(ex)
+    if engine and not carries_engine(getattr(ex, "mod", ex)):
         opts = export_options()
         kwargs["addons"] = list(kwargs.get("addons") or []) + opts["addons"]
         extra = kwargs.get("options") or []
         kwargs["options"] = (list(extra) if isinstance(extra, (list, tuple)) else [extra]) + opts["options"]
-    return ex.export_library(str(path), **kwargs)
+    result = ex.export_library(str(path), **kwargs)
+    if engine and copy_blas:
+        _copy_blas(os.path.dirname(os.path.abspath(str(path))))
+    return result

@@ -1,16 +1,23 @@
-"""How an exported TVM library links the kokoro_lstm engine and its BLAS.
+"""How an exported TVM library links the kokoro_lstm engine and finds its BLAS.
 
 The engine object (``kokoro_lstm/lib/kokoro_lstm_tvm.o``) calls the OpenBLAS it was
 compiled against: the scipy-openblas32 wheel (``scipy_``-prefixed symbols) or the
-system OpenBLAS. Where that library lives is looked up when a library is exported,
-never taken from the build: a ``pip install`` builds in a temporary environment
-whose scipy-openblas32 is gone once the install finishes.
+system OpenBLAS. An exported library does not name that BLAS in its ``NEEDED`` list:
+it links ``blas_loader.c`` (compiled here at export time), which defines the engine's
+four BLAS entry points and finds the library when the exported library is loaded:
+already in the process, beside the exported library (the file :func:`copy_blas` and
+:func:`kokoro_lstm.tvm.export_library` write there), on the dynamic linker's path, or
+where it was installed on the exporting machine. TVM's plain ``export_library`` passes
+no linker options (no ``$ORIGIN`` rpath is possible) and an absolute ``NEEDED`` path
+ties a library to one machine, so the loader is what makes an artifact relocatable.
 
-* scipy-openblas32: the installed ``scipy_openblas32`` package's library directory,
-  linked with an rpath to it (so the artifact loads without ``kokoro_lstm`` or
-  ``LD_LIBRARY_PATH`` on this machine);
-* system: ``pkg-config --libs openblas``, else the library the dynamic linker's
-  cache (``ldconfig -p``) knows.
+Where the BLAS lives is looked up at export time, never taken from the build: a
+``pip install`` builds in a temporary environment whose scipy-openblas32 is gone once
+the install finishes.
+
+* scipy-openblas32: the installed ``scipy_openblas32`` package's library;
+* system: ``pkg-config --libs openblas``, else the library the dynamic linker's cache
+  (``ldconfig -p``) knows.
 
 Neither there: :class:`BlasNotFound`, one line naming what to install.
 """
@@ -23,8 +30,9 @@ import subprocess
 import sys
 import tempfile
 
-__all__ = ["BlasNotFound", "blas_kind", "blas_link_flags", "engine_object", "engine_module",
-           "attach_engine", "carries_engine", "ENGINE_FUNCTIONS"]
+__all__ = ["BlasNotFound", "blas_kind", "blas_library", "copy_blas", "engine_object",
+           "loader_object", "engine_module", "attach_engine", "carries_engine",
+           "ENGINE_FUNCTIONS", "LOADER_FUNCTIONS"]
 
 _SHLIB_SUFFIX = {"darwin": ".dylib", "win32": ".dll", "cygwin": ".dll"}
 
@@ -51,31 +59,35 @@ def engine_object() -> str:
 
 
 def _scipy_openblas_library():
-    """(directory, library name without lib/suffix, file path) of the installed
-    scipy-openblas32 wheel."""
+    """Path of the installed scipy-openblas32 wheel's library."""
     try:
         import scipy_openblas32 as so
     except ImportError:
         so = None
     if so is not None:
-        libdir, name = so.get_lib_dir(), so.get_library()
-        path = os.path.join(libdir, "lib" + name + _SHLIB_SUFFIX.get(sys.platform, ".so"))
+        path = os.path.join(so.get_lib_dir(),
+                            "lib" + so.get_library() + _SHLIB_SUFFIX.get(sys.platform, ".so"))
         if os.path.exists(path):
-            return libdir, name, path
+            return path
     raise BlasNotFound("kokoro_lstm: this build's engine calls the scipy-openblas32 wheel's "
                        "OpenBLAS, which is not installed here: pip install scipy-openblas32")
 
 
-def _system_openblas_flags():
+def _system_openblas_library():
+    """Path of the system OpenBLAS: pkg-config's library, else ``ldconfig -p``'s."""
     try:
         libs = subprocess.run(["pkg-config", "--libs", "openblas"], check=True,
                               capture_output=True, text=True).stdout
         flags = shlex.split(libs)
-        if any(f.startswith("-l") for f in flags):
-            return flags + [f"-Wl,-rpath,{f[2:]}" for f in flags if f.startswith("-L")]
+        dirs = [f[2:] for f in flags if f.startswith("-L")]
+        for name in (f[2:] for f in flags if f.startswith("-l")):
+            for d in dirs:
+                path = os.path.join(d, f"lib{name}.so")
+                if os.path.exists(path):
+                    return os.path.realpath(path)
     except (OSError, subprocess.CalledProcessError):
         pass
-    try:  # no pkg-config file: the runtime library the dynamic linker's cache has
+    try:  # no pkg-config file (or no -L in it): the library the dynamic linker's cache has
         cache = subprocess.run(["ldconfig", "-p"], check=True, capture_output=True,
                                text=True).stdout
     except (OSError, subprocess.CalledProcessError):
@@ -84,23 +96,65 @@ def _system_openblas_flags():
     for line in cache.splitlines():
         name, _, path = line.strip().partition(" => ")
         name = name.split(" ", 1)[0]
-        if name in ("libopenblas.so", "libopenblas.so.0") and os.path.exists(path):
+        if name in ("libopenblas.so.0", "libopenblas.so") and os.path.exists(path):
             found.setdefault(name, path)
-    for name in ("libopenblas.so", "libopenblas.so.0"):
+    for name in ("libopenblas.so.0", "libopenblas.so"):
         if name in found:
-            return [found[name]]
+            return os.path.realpath(found[name])
     raise BlasNotFound("kokoro_lstm: this build's engine calls the system OpenBLAS, which is "
                        "not installed here: apt-get install libopenblas-dev (or make "
                        "`pkg-config openblas` find it)")
 
 
-def blas_link_flags() -> list:
-    """Linker flags for the engine's BLAS as installed now (see the module docstring);
-    :class:`BlasNotFound` if it is not."""
-    if blas_kind() == "scipy-openblas32":
-        libdir, name, _ = _scipy_openblas_library()
-        return [f"-L{libdir}", f"-l{name}", f"-Wl,-rpath,{libdir}"]
-    return _system_openblas_flags()
+def _soname(path):
+    """The SONAME of a shared library (``readelf -d``), else its file name."""
+    try:
+        out = subprocess.run(["readelf", "-d", path], check=True, capture_output=True,
+                             text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        out = ""
+    for line in out.splitlines():
+        if "(SONAME)" in line and "[" in line:
+            return line[line.index("[") + 1:line.rindex("]")]
+    return os.path.basename(path)
+
+
+def blas_library() -> tuple:
+    """``(soname, path)`` of the BLAS the engine calls, as installed now: the file an
+    exported library looks for beside itself under the name ``soname``.
+    :class:`BlasNotFound` if it is not installed."""
+    path = (_scipy_openblas_library() if blas_kind() == "scipy-openblas32"
+            else _system_openblas_library())
+    return _soname(path), path
+
+
+def copy_blas(folder) -> str:
+    """Writes the engine's BLAS into ``folder`` under its soname (a hard link where the
+    file system allows, else a copy), where an exported library in that folder finds
+    it; returns the path. A file already there with the same size and content date is
+    kept."""
+    import shutil
+
+    soname, src = blas_library()
+    dst = os.path.join(os.fspath(folder), soname)
+    st = os.stat(src)
+    try:
+        dt = os.stat(dst)
+        if dt.st_size == st.st_size and int(dt.st_mtime) == int(st.st_mtime):
+            return dst
+    except FileNotFoundError:
+        pass
+    tmp = f"{dst}.tmp{os.getpid()}"
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dst)  # atomic: a concurrent export or load sees one whole file
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    return dst
 
 
 # ---- the engine as a module of the compiled program ---------------------------------------
@@ -132,36 +186,69 @@ def _symbols(cmd):
     return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.split()}
 
 
-def _scipy_openblas_stub():
-    """A link-time stand-in for the scipy-openblas32 library whose SONAME is the
-    library's absolute path: a library linked against it needs that file by path, so
-    it loads without an rpath (TVM's plain export passes no linker options). It
-    defines only the symbols the engine object takes from the library."""
+# The BLAS entry points blas_loader.c defines, without the scipy_ prefix.
+LOADER_FUNCTIONS = ("cblas_sgemm", "cblas_dgemm", "openblas_get_num_threads",
+                    "openblas_set_num_threads")
+
+
+def _c_string(text):
+    """``text`` as a C string literal (octal escapes for anything but printable ASCII)."""
+    out = []
+    for b in text.encode():
+        ch = chr(b)
+        out.append(ch if 32 <= b < 127 and ch not in '"\\?' else f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def loader_source() -> str:
+    """Path of ``blas_loader.c`` (shipped with the package)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "blas_loader.c")
+
+
+def loader_command(cc, out, soname, installed, prefix, extra=()):
+    """The compiler command that builds ``blas_loader.c`` into the object ``out``."""
+    return (shlex.split(cc) + ["-x", "c", "-std=c11", "-O2", "-fPIC", "-fvisibility=hidden",
+                               f"-DKL_BLAS_PREFIX={prefix}",
+                               f"-DKL_BLAS_SONAME={_c_string(soname)}",
+                               f"-DKL_BLAS_INSTALLED={_c_string(installed)}", *extra,
+                               "-c", loader_source(), "-o", out])
+
+
+def loader_object() -> str:
+    """``blas_loader.c`` compiled for the BLAS the engine calls, as installed now
+    (cached under ~/.cache/kokoro_lstm). RuntimeError if the engine object calls a BLAS
+    function the loader does not define."""
     from tvm.support import cc as _cc
 
-    _, _, real = _scipy_openblas_library()
-    wanted = sorted(_symbols(["nm", "-u", engine_object()])
-                    & _symbols(["nm", "-D", "--defined-only", real]))
-    key = hashlib.sha1("\n".join([real, str(os.path.getmtime(real))] + wanted).encode())
-    stub = os.path.join(_cache_dir(), f"blas-stub-{key.hexdigest()[:16]}.so")
-    if os.path.exists(stub):
-        return stub
+    soname, path = blas_library()
+    prefix = "scipy_" if blas_kind() == "scipy-openblas32" else ""
+    engine = engine_object()
+    cc = _cc.get_cc()
+    if not cc:
+        raise RuntimeError("kokoro_lstm: no C compiler (set CC), which TVM's "
+                           "export_library needs too")
+    with open(loader_source(), "rb") as f:
+        source = f.read()
+    key = hashlib.sha1(b"\n".join([source, soname.encode(), path.encode(), prefix.encode(),
+                                   cc.encode(), engine.encode(),
+                                   str(os.path.getmtime(engine)).encode()]))
+    obj = os.path.join(_cache_dir(), f"blas-loader-{key.hexdigest()[:16]}.o")
+    if os.path.exists(obj):
+        return obj
+    needed = _symbols(["nm", "-u", engine]) & _symbols(["nm", "-D", "--defined-only", path])
+    missing = needed - {prefix + f for f in LOADER_FUNCTIONS}
+    if missing:
+        raise RuntimeError("kokoro_lstm: the engine calls BLAS functions that "
+                           f"kokoro_lstm/tvm/blas_loader.c does not define: {sorted(missing)}")
     with tempfile.TemporaryDirectory() as tmp:
-        src, script = os.path.join(tmp, "empty.c"), os.path.join(tmp, "symbols.ld")
-        open(src, "w").close()
-        with open(script, "w") as f:
-            f.writelines(f"{s} = 0;\n" for s in wanted)
-        out = os.path.join(tmp, "stub.so")
-        cc = _cc.get_cc()
-        if not cc:
-            raise RuntimeError("kokoro_lstm: no C compiler (set CC), which TVM's "
-                               "export_library needs too")
-        subprocess.run(shlex.split(cc) + ["-shared", "-nostdlib", "-o", out,
-                                          f"-Wl,-soname,{real}", "-x", "c", src, "-x",
-                                          "none", script],
-                       check=True, capture_output=True)
-        os.replace(out, stub)  # atomic: a concurrent export sees the whole file or none
-    return stub
+        out = os.path.join(tmp, "loader.o")
+        r = subprocess.run(loader_command(cc, out, soname, path, prefix), capture_output=True,
+                           text=True)
+        if r.returncode:
+            raise RuntimeError(f"kokoro_lstm: compiling {loader_source()} failed: "
+                               f"{r.stderr.strip()}")
+        os.replace(out, obj)  # atomic: a concurrent export sees the whole file or none
+    return obj
 
 
 def _quote(path):
@@ -171,21 +258,11 @@ def _quote(path):
 
 
 def linker_script() -> str:
-    """A GNU ld script that links the engine object and its BLAS (see
+    """A GNU ld script that links the engine object and its BLAS loader (see
     :func:`engine_module`)."""
-    lines = ["/* kokoro_lstm: the engine (lib/kokoro_lstm_tvm.o) and its OpenBLAS */",
-             f"INPUT({_quote(engine_object())})"]
-    if blas_kind() == "scipy-openblas32":
-        lines.append(f"INPUT({_quote(_scipy_openblas_stub())})")
-    else:
-        for flag in _system_openblas_flags():
-            if flag.startswith("-L"):
-                lines.append(f"SEARCH_DIR({_quote(flag[2:])})")
-            elif flag.startswith("-l"):
-                lines.append(f"INPUT({flag})")
-            elif not flag.startswith("-"):
-                lines.append(f"INPUT({_quote(flag)})")
-    lines.append("INPUT(-lpthread -lm -ldl)")
+    lines = ["/* kokoro_lstm: the engine (lib/kokoro_lstm_tvm.o) and its BLAS loader */",
+             f"INPUT({_quote(engine_object())})", f"INPUT({_quote(loader_object())})",
+             "INPUT(-lpthread -lm -ldl)"]
     return "\n".join(lines) + "\n"
 
 
@@ -194,8 +271,8 @@ def engine_module():
     compiled program, TVM's own ``export_library`` links it into the library. Its
     content is a GNU ld script (TVM hands it to the linker as an object file; ld reads
     a file it does not recognise as an object as a script) naming the engine object,
-    the BLAS and the system libraries, since a static library module cannot carry
-    linker options. Linux (GNU ld) only."""
+    its BLAS loader (:func:`loader_object`) and the system libraries, since a static
+    library module cannot carry linker options. Linux (GNU ld) only."""
     global _engine_module
     if _engine_module is None:
         if not sys.platform.startswith("linux"):
