@@ -242,7 +242,7 @@ def worker(mode, nth, cfg_path, weights, tokens, seed, settle_s, dump):
     for name in names:
         caught, hooks = {}, []
         for mname, mod in models[name].named_modules():
-            if isinstance(mod, torch.nn.LSTM):
+            if isinstance(mod, (torch.nn.LSTM, torch_ops.KokoroLSTM)):
                 def hook(mod, args, out, mname=mname):
                     y = out[0]
                     caught[mname] = (y.data if isinstance(y, PS) else y).detach().clone().numpy()
@@ -263,7 +263,7 @@ def worker(mode, nth, cfg_path, weights, tokens, seed, settle_s, dump):
     spent, t_in = {name: [0.0] for name in names}, {}
     for name in names:
         for mod in models[name].modules():
-            if isinstance(mod, torch.nn.LSTM):
+            if isinstance(mod, (torch.nn.LSTM, torch_ops.KokoroLSTM)):
                 def pre(mod, args):
                     t_in[id(mod)] = time.perf_counter()
 

@@ -208,9 +208,9 @@ def kmodel_case(tokens, fpt, rounds):
         torch.cuda.synchronize()
         spent.append(time.perf_counter() - mod._t0)
     hooks = [mm.register_forward_pre_hook(pre) for mm in list(m.modules()) + list(mp.modules())
-             if isinstance(mm, torch.nn.LSTM)]
+             if isinstance(mm, (torch.nn.LSTM, ko.KokoroLSTM))]
     hooks += [mm.register_forward_hook(post) for mm in list(m.modules()) + list(mp.modules())
-              if isinstance(mm, torch.nn.LSTM)]
+              if isinstance(mm, (torch.nn.LSTM, ko.KokoroLSTM))]
     for name, model in (("unpatched", m), ("patched", mp)):
         spent.clear()
         call(model)
