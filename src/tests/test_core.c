@@ -2397,9 +2397,11 @@ done:
   free(p);
 }
 
-/* kl_run_args.interrupt: asked on the calling thread; a yes stops every thread
- * of every chunk group at the same step (no barrier left waiting, whatever the
- * thread count and split), and a callback that never says yes changes no bit. */
+/* kl_run_args.interrupt: asked on the calling thread, between the input
+ * projection's tiles and every KL_INTERRUPT_STEPS steps; a yes stops every
+ * thread of every chunk group at the same tile or step (no barrier left
+ * waiting, whatever the thread count and split), and a callback that never says
+ * yes changes no bit. */
 typedef struct {
   int calls, stop_at;
 } intr_count;
@@ -2457,6 +2459,24 @@ static void test_interrupt(void) {
     free(y0);
     free(y1);
   }
+  /* 8 steps (no recurrence poll) of 512 rows: asked between the input
+   * projection's tiles too, not only before each layer */
+  const int64_t Ts = 8, Bs2 = 512;
+  float* x = xcalloc((size_t)(Ts * Bs2 * I), sizeof(float));
+  float* y = xcalloc((size_t)(Ts * Bs2 * D * H), sizeof(float));
+  for (int k = 0; s == KL_OK && k < 2; k++) {
+    intr_count never = {0, -1}, second = {0, 2};
+    kl_run_args a = {Ts, Bs2, x, Bs2 * I, I, y, Bs2 * D * H, D * H, NULL, NULL, NULL, NULL, NULL,
+                     nths[k], 0, NULL, intr_cb, &never};
+    const kl_status s1 = kl_lstm_run(m, &a);
+    a.interrupt_ctx = &second;
+    const kl_status s2 = kl_lstm_run(m, &a);
+    check(s1 == KL_OK && never.calls > L && s2 == KL_ERR_INTERRUPTED && second.calls == 2,
+          "[interrupt] T=8 B=512, %d thread(s): asked %d times in %d layers (the input projection's "
+          "tiles too); stopped at the 2nd question (%s)", nths[k], never.calls, L, kl_status_str(s2));
+  }
+  free(x);
+  free(y);
   kl_lstm_free(m);
   for (int g = 0; g < L * D; g++)
     for (int j = 0; j < 4; j++) free(w[g][j]);
