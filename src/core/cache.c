@@ -1,15 +1,17 @@
 /* The process-wide weight cache: packed LSTMs keyed on where the caller's
  * weights lie (addresses, shapes, strides) and how they are to be packed.
  *
- * Never stale: an untrusted entry carries the fingerprint of the weights'
- * bytes taken *before* they were packed. A call that finds it runs with it and
- * then confirms that the current bytes give the same fingerprint (checking
+ * Never stale: on a miss, untrusted weights are read once, into a private
+ * copy whose bytes are both fingerprinted and packed, so an entry's packing is
+ * always of the bytes its fingerprint saw. A call that finds it runs with it
+ * and then confirms that the current bytes give the same fingerprint (checking
  * after the run keeps the check's reads out of the recurrence's cache); if not,
  * the entry is dropped, and the call packs again and runs again, overwriting
- * its outputs. A write racing with packing therefore can only make the next
- * call repack (its fingerprint no longer matches), never serve weights packed
- * from bytes the fingerprint did not see. Trusted entries (constant weights)
- * skip the check and hold their keepalive until evicted.
+ * its outputs. A write racing with the miss therefore can only make the next
+ * call repack (the bytes differ from the copy's), never serve weights packed
+ * from bytes the fingerprint did not see, even when the writer puts the old
+ * bytes back. Trusted entries (constant weights) skip the copy and the check
+ * and hold their keepalive until evicted.
  *
  * Entries are reference counted: a call holds its entry while it runs, so
  * eviction or replacement by another thread never frees weights in use. */
@@ -47,6 +49,8 @@ static uint64_t g_clock;
 static kl_cache_stats g_stats;
 static void (*g_hook)(void*);
 static void* g_hook_ctx;
+static void (*g_fp_hook)(void*);
+static void* g_fp_hook_ctx;
 
 static int64_t g_max_bytes = KL_CACHE_DEFAULT_BYTES;
 
@@ -127,6 +131,81 @@ const kl_lstm* kl_centry_lstm(const kl_centry* e) { return e->m; }
 
 static int fp_equal(kl_fp128 a, kl_fp128 b) { return a.lo == b.lo && a.hi == b.hi; }
 
+/* One weight tensor of a (layer, direction) group as the cache reads it: the
+ * kl_wsrc members holding its pointer and stride (elements), its rows and
+ * columns (a vector: rows elements, *ld apart). */
+typedef struct wfield {
+  const void** p;
+  int64_t* ld;
+  int64_t rows, cols;
+  int vec;
+} wfield;
+
+/* Group g's fingerprinted tensors of w, in order: w_ih (unless borrowed: read
+ * in place by every run), w_hh, b_ih, b_hh, w_hr (those it has). */
+static int group_fields(const kl_lstm_desc* d, int g, int borrow_wih, kl_wsrc* w, wfield f[5]) {
+  const int64_t H = d->hidden_size, P = d->proj_size, R = P ? P : H, D = d->bidirectional ? 2 : 1;
+  const int64_t in = g < D ? d->input_size : D * R;
+  int n = 0;
+  if (!borrow_wih) f[n++] = (wfield){&w->w_ih, &w->ld_ih, 4 * H, in, 0};
+  f[n++] = (wfield){&w->w_hh, &w->ld_hh, 4 * H, R, 0};
+  if (w->b_ih) f[n++] = (wfield){&w->b_ih, &w->s_bi, 4 * H, 1, 1};
+  if (w->b_hh) f[n++] = (wfield){&w->b_hh, &w->s_bh, 4 * H, 1, 1};
+  if (w->w_hr) f[n++] = (wfield){&w->w_hr, &w->ld_hr, P, H, 0};
+  return n;
+}
+
+int kl_cache_regions(const kl_lstm_desc* d, const kl_wsrc* w, int borrow_wih, kl_region* out) {
+  const int G = d->num_layers * (d->bidirectional ? 2 : 1);
+  const int64_t esz = (int64_t)kl_dtype_io_size(d->dtype);
+  int n = 0;
+  for (int g = 0; g < G; g++) {
+    kl_wsrc wg = w[g];
+    wfield f[5];
+    const int nf = group_fields(d, g, borrow_wih, &wg, f);
+    for (int j = 0; j < nf; j++) {
+      const wfield* x = &f[j];
+      if (x->vec && *x->ld == 1) out[n++] = (kl_region){*x->p, 1, x->rows * esz, x->rows * esz};
+      else out[n++] = (kl_region){*x->p, x->rows, x->cols * esz, *x->ld * esz};
+    }
+  }
+  return n;
+}
+
+/* The weights to pack on an untrusted miss: w's fingerprinted tensors copied
+ * back to back into *copy (kl_fingerprint_copy, in kl_cache_regions' order)
+ * with *fp, the fingerprint of the copy; returns w rebased onto the copy (the
+ * caller frees it and *copy), or NULL when out of memory. */
+static kl_wsrc* snapshot(const kl_lstm_desc* d, const kl_wsrc* w, int borrow_wih, int nth,
+                         void** copy, kl_fp128* fp) {
+  const int G = d->num_layers * (d->bidirectional ? 2 : 1);
+  const int64_t esz = (int64_t)kl_dtype_io_size(d->dtype);
+  kl_region* r = malloc((size_t)G * 5 * sizeof(kl_region));
+  kl_wsrc* ws = malloc((size_t)G * sizeof(kl_wsrc));
+  const int nr = r ? kl_cache_regions(d, w, borrow_wih, r) : 0;
+  char* c = r ? malloc(kl_fingerprint_bytes(r, nr) + 1) : NULL;
+  if (!r || !ws || !c || kl_fingerprint_copy(r, nr, nth, c, fp) != KL_OK) {
+    free(r);
+    free(ws);
+    free(c);
+    return NULL;
+  }
+  char* at = c;
+  for (int g = 0; g < G; g++) {
+    ws[g] = w[g];
+    wfield f[5];
+    const int nf = group_fields(d, g, borrow_wih, &ws[g], f);
+    for (int j = 0; j < nf; j++) {
+      *f[j].p = at;
+      *f[j].ld = f[j].vec ? 1 : f[j].cols;
+      at += (size_t)(f[j].rows * f[j].cols * esz);
+    }
+  }
+  free(r);
+  *copy = c;
+  return ws;
+}
+
 kl_centry* kl_cache_find(const int64_t* key, size_t key_len) {
   pthread_once(&g_once, install_atfork);
   pthread_mutex_lock(&g_lock);
@@ -156,9 +235,8 @@ int kl_cache_confirm(kl_centry* e, const kl_region* regions, int nregions, int n
 }
 
 kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* desc,
-                        const kl_wsrc* w, int borrow_wih, const kl_region* regions, int nregions,
-                        int trusted, const kl_keepalive* ka, int nth, int count_miss,
-                        kl_centry** out) {
+                        const kl_wsrc* w, int borrow_wih, int trusted, const kl_keepalive* ka,
+                        int nth, int count_miss, kl_centry** out) {
   *out = NULL;
   pthread_once(&g_once, install_atfork);
   if (count_miss) {
@@ -166,19 +244,26 @@ kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* 
     g_stats.misses++;
     pthread_mutex_unlock(&g_lock);
   }
-  /* fingerprint first, then pack (see the file comment) */
+  /* untrusted: one copy, fingerprinted and packed (see the file comment) */
   kl_fp128 fp = {0, 0};
-  const int have_fp = !trusted && kl_fingerprint(regions, nregions, nth, &fp) == KL_OK;
+  void* copy = NULL;
+  kl_wsrc* ws = trusted ? NULL : snapshot(desc, w, borrow_wih, nth, &copy, &fp);
+  const int have_fp = ws != NULL;
   kl_centry* n = calloc(1, sizeof(*n));
   int64_t* k = malloc(key_len * sizeof(int64_t));
   if (!n || !k) {
     free(n);
     free(k);
+    free(ws);
+    free(copy);
     return KL_ERR_NOMEM;
   }
+  if (g_fp_hook) g_fp_hook(g_fp_hook_ctx);
   /* trusted weights cannot change behind the entry: W_ih may be held packed too */
-  kl_status s = kl_lstm_pack(desc, w, (borrow_wih ? KL_PACK_BORROW_WIH : 0) |
-                                          (trusted ? KL_PACK_WIH_PANELS : 0), &n->m);
+  kl_status s = kl_lstm_pack(desc, ws ? ws : w, (borrow_wih ? KL_PACK_BORROW_WIH : 0) |
+                                                   (trusted ? KL_PACK_WIH_PANELS : 0), &n->m);
+  free(ws);
+  free(copy);
   if (s != KL_OK) {
     free(n);
     free(k);
@@ -246,5 +331,12 @@ void kl_cache_set_pack_hook(void (*hook)(void*), void* ctx) {
   pthread_mutex_lock(&g_lock);
   g_hook = hook;
   g_hook_ctx = ctx;
+  pthread_mutex_unlock(&g_lock);
+}
+
+void kl_cache_set_fingerprint_hook(void (*hook)(void*), void* ctx) {
+  pthread_mutex_lock(&g_lock);
+  g_fp_hook = hook;
+  g_fp_hook_ctx = ctx;
   pthread_mutex_unlock(&g_lock);
 }

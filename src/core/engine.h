@@ -184,10 +184,13 @@ typedef struct kl_plan {
   kl_cell_row* rows;  /* [nth][B] */
   const void** ptrs;  /* [nth][3B] */
   int32_t* mine;      /* [nth][B] */
-  /* stopping early (kl_run_args.interrupt): the caller's thread asks the
-   * callback and sets stop; each chunk group's unit thread 0 copies stop to
-   * gstop[its barrier] before the step's last barrier, so that all its
-   * threads leave after the same step */
+  /* stopping early (kl_run_args.interrupt, kl_plan_poll): the caller's thread
+   * asks the callback between input-projection tiles and every
+   * KL_INTERRUPT_STEPS steps, and sets stop; each chunk group's unit thread 0
+   * copies stop to gstop[its barrier] before the step's last barrier, so that
+   * all its threads leave after the same step; thread 0 copies it to
+   * gstop[gbar] before the barrier after the input projection, so that all
+   * threads skip the recurrence or none does */
   int (*interrupt)(void*);
   void* interrupt_ctx;
   pthread_t caller;
@@ -235,6 +238,17 @@ void kl_plan_layer(kl_plan* x, const kl_run_args* a, int l);
 /* Writes layer l's final states to a->h_n, a->c_n. */
 void kl_plan_store_states(const kl_plan* x, const kl_run_args* a, int l);
 void kl_plan_free(kl_plan* x);
+/* The run's interrupt poll, for any thread between two pieces of work: the
+ * caller's thread asks the callback (which may rate-limit itself) and sets
+ * stop; returns 1 once the run is stopping. A thread that sees 1 finishes no
+ * further piece; the pieces it skipped leave outputs unspecified, as the
+ * interrupt allows, and the results of a run that is not stopped are unchanged. */
+static inline int kl_plan_poll(const kl_plan* x) {
+  if (x->interrupt && !atomic_load_explicit(x->stop, memory_order_relaxed) &&
+      pthread_equal(pthread_self(), x->caller) && x->interrupt(x->interrupt_ctx))
+    atomic_store(x->stop, 1);
+  return atomic_load_explicit(x->stop, memory_order_relaxed);
+}
 
 /* ---- the input projection (inproj.c) ---------------------------------------
  * One table of strategies, in order of preference; each layer of a call takes

@@ -4,7 +4,10 @@
  * row) and pieces into chunks of KL_FP_CHUNK bytes; each chunk is folded by
  * the fingerprint kernel (kernels/u64-fingerprint) and finalized with its
  * index and length, and the chunk digests are combined in order. Chunks are
- * dealt to the thread pool; the result does not depend on the thread count. */
+ * dealt to the thread pool; the result does not depend on the thread count.
+ * kl_fingerprint_copy also copies the bytes, chunk by chunk, and digests the
+ * copy: the fingerprint is then that of the copy's bytes, whatever a writer does
+ * to the source meanwhile. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +25,7 @@ static uint64_t mix64(uint64_t x) { /* splitmix64's finalizer (a bijection) */
 
 typedef struct fp_item {
   const unsigned char* p;
+  unsigned char* copy; /* where the chunk is copied to and read from, or NULL */
   int64_t n;
 } fp_item;
 
@@ -52,8 +56,11 @@ static kl_fp128 digest(kl_fp_ukernel_fn fold, const unsigned char* p, int64_t n,
 
 static void fp_task(void* vctx, int ith, int nth) {
   fp_ctx* c = vctx;
-  for (int64_t i = ith; i < c->n; i += nth)
-    c->out[i] = digest(c->fold, c->items[i].p, c->items[i].n, i);
+  for (int64_t i = ith; i < c->n; i += nth) {
+    const fp_item* it = &c->items[i];
+    if (it->copy) memcpy(it->copy, it->p, (size_t)it->n);
+    c->out[i] = digest(c->fold, it->copy ? it->copy : it->p, it->n, i);
+  }
 }
 
 /* A region is cut into pieces of `bytes` contiguous bytes, `stride` apart:
@@ -64,7 +71,13 @@ static void pieces_of(const kl_region* r, int64_t* pieces, int64_t* bytes) {
   *bytes = whole ? r->rows * r->row_bytes : r->row_bytes;
 }
 
-kl_status kl_fingerprint(const kl_region* r, int nr, int nth, kl_fp128* result) {
+size_t kl_fingerprint_bytes(const kl_region* r, int nr) {
+  size_t bytes = 0;
+  for (int k = 0; k < nr; k++) bytes += (size_t)(r[k].rows * r[k].row_bytes);
+  return bytes;
+}
+
+kl_status kl_fingerprint_copy(const kl_region* r, int nr, int nth, void* copy, kl_fp128* result) {
   int64_t n = 0, pieces, bytes;
   for (int k = 0; k < nr; k++) {
     pieces_of(&r[k], &pieces, &bytes);
@@ -78,14 +91,17 @@ kl_status kl_fingerprint(const kl_region* r, int nr, int nth, kl_fp128* result) 
     return KL_ERR_NOMEM;
   }
   int64_t i = 0;
+  unsigned char* dst = copy; /* region k's rows back to back */
   for (int k = 0; k < nr; k++) {
     pieces_of(&r[k], &pieces, &bytes);
     for (int64_t piece = 0; piece < pieces; piece++)
       for (int64_t off = 0; off < bytes; off += KL_FP_CHUNK) {
         items[i].p = (const unsigned char*)r[k].p + piece * r[k].stride_bytes + off;
+        items[i].copy = dst ? dst + piece * bytes + off : NULL;
         items[i].n = bytes - off < KL_FP_CHUNK ? bytes - off : KL_FP_CHUNK;
         i++;
       }
+    if (dst) dst += r[k].rows * r[k].row_bytes;
   }
   fp_ctx c = {items, out, n, kl_select_fp()};
   if (nth > n) nth = (int)(n > 0 ? n : 1);
@@ -99,4 +115,8 @@ kl_status kl_fingerprint(const kl_region* r, int nr, int nth, kl_fp128* result) 
   free(out);
   *result = h;
   return KL_OK;
+}
+
+kl_status kl_fingerprint(const kl_region* r, int nr, int nth, kl_fp128* result) {
+  return kl_fingerprint_copy(r, nr, nth, NULL, result);
 }

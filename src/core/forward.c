@@ -316,7 +316,7 @@ static kl_status check_io(const kl_forward_args* a, DLDataType io, int64_t esz, 
  * the fingerprinted regions and the W_ih views, then the cached entry (run,
  * then confirm its weights did not change, else repack and rerun) or a new one. */
 static kl_status run_cpu(const kl_forward_args* a, const kl_lstm_desc* desc, const kl_wsrc* w,
-                         const kl_run_args* ra, int64_t esz) {
+                         const kl_run_args* ra) {
   const int L = a->num_layers, D = a->bidirectional ? 2 : 1;
   const int borrow = kl_lstm_can_borrow_wih(desc);
   const size_t key_len = KEY_HEADER + (size_t)a->num_weights * KEY_PER_W;
@@ -345,15 +345,10 @@ static kl_status run_cpu(const kl_forward_args* a, const kl_lstm_desc* desc, con
       kk[2] = nd == 2 ? t->shape[1] : 1;
       kk[3] = lds[j];
       kk[4] = j;
-      if (j == 0 && borrow) continue; /* read in place on every run: not copied, not checked */
-      const int64_t rows = t->shape[0], cols = nd == 2 ? t->shape[1] : 1;
-      if (nd == 1 && lds[j] == 1)
-        regions[nreg++] = (kl_region){ptr[j], 1, rows * esz, rows * esz};
-      else
-        regions[nreg++] = (kl_region){ptr[j], rows, cols * esz, lds[j] * esz};
     }
     views[g] = (kl_wih_view){ptr[0], lds[0], desc->hidden_size};
   }
+  nreg = kl_cache_regions(desc, w, borrow, regions); /* a borrowed W_ih is read in place: not checked */
   entry = kl_cache_find(key, key_len);
   if (entry) {
     s = kl_lstm_run_views(kl_centry_lstm(entry), ra, borrow ? views : NULL);
@@ -365,8 +360,8 @@ static kl_status run_cpu(const kl_forward_args* a, const kl_lstm_desc* desc, con
     kl_cache_release(entry);
     entry = NULL;
   }
-  s = kl_cache_pack(key, key_len, desc, w, borrow, regions, nreg, a->constant_weights != 0,
-                    a->keepalive, ra->num_threads, 1, &entry);
+  s = kl_cache_pack(key, key_len, desc, w, borrow, a->constant_weights != 0, a->keepalive,
+                    ra->num_threads, 1, &entry);
   if (s != KL_OK) {
     if (s == KL_ERR_NOMEM) fail("out of memory packing the weights");
     goto done;
@@ -457,7 +452,7 @@ kl_status kl_lstm_forward(const kl_forward_args* a) {
                           a->c_n ? (char*)a->c_n->data + a->c_n->byte_offset : NULL, lengths, nth,
                           a->x_gates, a->gate_bias ? data_of(a->gate_bias) : NULL,
                           a->interrupt, a->interrupt_ctx};
-  s = run_cpu(a, &desc, w, &ra, esz);
+  s = run_cpu(a, &desc, w, &ra);
 done:
   free(w);
   free(lengths);

@@ -8,7 +8,9 @@
  * (M < GEMM_SPLIT_M) are split by columns, many by rows and columns. Columns
  * are tiled within each (direction, gate) block of H units, so W_ih can be
  * read where it lies (the caller's [4H, I] or the packed copy); the padding
- * columns [H, Hp) of each block are zeroed. */
+ * columns [H, Hp) of each block are zeroed. Every thread polls for an
+ * interrupt (kl_plan_poll) before each tile: a stop is seen within one tile
+ * of work, and the tiles that are computed are those of an unstopped run. */
 #include <string.h>
 
 #include "blas.h"
@@ -18,6 +20,7 @@
 #define GEMM_MC 512       /* rows per tile when M >= GEMM_SPLIT_M */
 #define GEMM_NC_SMALL 128 /* columns per tile when M < GEMM_SPLIT_M */
 #define GEMM_NC_LARGE 512 /* columns per tile when M >= GEMM_SPLIT_M */
+#define GATES_ROWS 256    /* rows of given gates copied between two interrupt polls */
 
 /* One single-threaded BLAS call: C[M, N] (ldc) = A[M, K] (lda) * B[N, K]^T (ldb). */
 static void gemm(const kl_lstm* m, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
@@ -80,15 +83,19 @@ static void gates_run(const kl_plan* x, int ith, int nth) {
   const size_t esz = m->esz, Hp = m->Hp, H = m->H, nblk = (size_t)m->D * 4;
   size_t r0, r1;
   kl_share((size_t)(x->T * x->B), ith, nth, &r0, &r1);
-  for (size_t r = r0; r < r1; r++) {
-    const char* src = x->in + r * (size_t)x->lda * esz;
-    char* dst = x->Gw + r * x->ldg * esz;
-    for (size_t blk = 0; blk < nblk; blk++) {
-      memcpy(dst + blk * Hp * esz, src + blk * H * esz, H * esz);
-      if (Hp > H) memset(dst + (blk * Hp + H) * esz, 0, (Hp - H) * esz);
+  for (size_t q0 = r0; q0 < r1; q0 += GATES_ROWS) {
+    if (kl_plan_poll(x)) return;
+    const size_t q1 = r1 - q0 < GATES_ROWS ? r1 : q0 + GATES_ROWS;
+    for (size_t r = q0; r < q1; r++) {
+      const char* src = x->in + r * (size_t)x->lda * esz;
+      char* dst = x->Gw + r * x->ldg * esz;
+      for (size_t blk = 0; blk < nblk; blk++) {
+        memcpy(dst + blk * Hp * esz, src + blk * H * esz, H * esz);
+        if (Hp > H) memset(dst + (blk * Hp + H) * esz, 0, (Hp - H) * esz);
+      }
     }
+    if (x->gate_bias) add_gate_bias(x, (int64_t)q0, (int64_t)(q1 - q0), 0, nblk * Hp);
   }
-  if (x->gate_bias && r1 > r0) add_gate_bias(x, (int64_t)r0, (int64_t)(r1 - r0), 0, nblk * Hp);
 }
 
 /* ---- bf16 and x6: a GEMM over all D*4*Hp columns of a prepared operand ---- */
@@ -106,6 +113,7 @@ static void whole_tiles(const kl_plan* x, int ith, int nth, int x6) {
   const int64_t nn = ((int64_t)N + ncol - 1) / ncol;
   const uint16_t* w_bf16 = x->L->w_ih_form[KL_WIH_BF16];
   for (int64_t task = ith; task < nm * nn; task += nth) {
+    if (kl_plan_poll(x)) return;
     const int64_t r0 = (task / nn) * mc, c0 = (task % nn) * ncol;
     const int64_t mr = M - r0 < mc ? M - r0 : mc;
     const int64_t nc = (int64_t)N - c0 < ncol ? (int64_t)N - c0 : ncol;
@@ -261,6 +269,7 @@ static void panels_run(const kl_plan* x, int ith, int nth) {
   while (pchunk > GEMM_NC_SMALL / KL_PGEMM_NR && nm * ((np + pchunk - 1) / pchunk) < 2 * nth) pchunk /= 2;
   const int64_t nn = (np + pchunk - 1) / pchunk;
   for (int64_t task = ith; task < nm * nn; task += nth) {
+    if (kl_plan_poll(x)) return;
     const int64_t r0 = (task / nn) * mc, p0 = (task % nn) * pchunk;
     const int64_t mr = M - r0 < mc ? M - r0 : mc, p1 = p0 + pchunk < np ? p0 + pchunk : np;
     kl_pgemm_panels(m->k.pgemm, mr, N, (int64_t)K, (const float*)x->in + (size_t)(r0 * x->lda),
@@ -283,6 +292,7 @@ static void block_tiles(const kl_plan* x, int ith, int nth, int f32_kernel) {
   const int64_t tpb = ((int64_t)H + ncol - 1) / ncol; /* column tiles per gate block */
   const int64_t nn = (int64_t)m->D * 4 * tpb;
   for (int64_t task = ith; task < nm * nn; task += nth) {
+    if (kl_plan_poll(x)) return;
     const int64_t r0 = (task / nn) * mc, ct = task % nn;
     const int64_t blk = ct / tpb, c0 = (ct % tpb) * ncol, d = blk / 4, g = blk % 4;
     const int64_t mr = M - r0 < mc ? M - r0 : mc;

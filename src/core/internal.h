@@ -164,6 +164,11 @@ typedef struct kl_region {
 } kl_region;
 typedef struct kl_fp128 { uint64_t lo, hi; } kl_fp128;
 kl_status kl_fingerprint(const kl_region* regions, int n, int nth, kl_fp128* result);
+/* The same fingerprint, taken of a copy: region k's rows are copied back to back
+ * into copy (kl_fingerprint_bytes of them), after region k-1's, and the copy's
+ * bytes are the ones digested. */
+kl_status kl_fingerprint_copy(const kl_region* regions, int n, int nth, void* copy, kl_fp128* result);
+size_t kl_fingerprint_bytes(const kl_region* regions, int n);
 /* The fingerprint kernel: folds n bytes (n % 32 == 0) into acc[8]. */
 typedef void (*kl_fp_ukernel_fn)(const void* p, size_t n, uint64_t* acc);
 kl_fp_ukernel_fn kl_select_fp(void);

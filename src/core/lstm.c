@@ -38,7 +38,10 @@ static void layer_task(void* ctx, int ith, int nth) {
     for (int d = 0; d < D && !atomic_load(x->stop); d++) kl_run_direction(x, d, 0, (kl_split){1, 1}, ith);
     return;
   }
+  int* gstop = &x->gstop[x->gbar - x->bar]; /* written before the barrier, read after: one answer */
+  if (ith == 0) *gstop = atomic_load(x->stop);
   kl_barrier_wait(x->gbar, ith);
+  if (*gstop) return;
   const int p = kl_threads_per_direction(nth, D), d = ith / p;
   if (d >= D) return;
   kl_run_direction(x, d, ith % p, x->sp, ith);

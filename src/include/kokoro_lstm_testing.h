@@ -18,6 +18,10 @@ extern "C" {
 /* Test hook: called after packing, before the entry is cached (a write injected
  * here must be detected by the next call). NULL to remove. */
 void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
+/* Test hook: called on a miss of untrusted weights after their bytes were read
+ * for the fingerprint and before they are packed (a write injected here must
+ * not reach a cached packing unseen). NULL to remove. */
+void kl_cache_set_fingerprint_hook(void (*hook)(void* ctx), void* ctx);
 
 /* 1 if an input with these element strides (feature stride 1) can be read in
  * place by kl_lstm_forward, i.e. its (t, b) rows form one strided sequence with a

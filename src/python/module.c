@@ -135,7 +135,7 @@ static int to_dltensor(PyObject* obj, const char* name, int writable, PyObject* 
  * handler's exception (KeyboardInterrupt) stops the run and is raised by the
  * call. Only the main thread runs signal handlers, so calls on other threads
  * pass no callback; calls shorter than INTERRUPT_POLL_NS never take the GIL. */
-#define INTERRUPT_POLL_NS 100000000LL
+#define INTERRUPT_POLL_NS 50000000LL
 static unsigned long g_main_thread; /* threading.main_thread().ident at import */
 
 typedef struct {

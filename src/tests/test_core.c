@@ -514,8 +514,28 @@ static double tolerance(kl_dtype dt) {
   return dt == KL_F64 ? 1e-12 : dt == KL_BF16 ? 1e-2 : dt == KL_F16 ? 1e-3 : 2e-6;
 }
 
+/* A writer racing with a cache miss: one weight holds `other` from just after its
+ * bytes were read for the fingerprint until just after packing, `orig` before and
+ * after (kl_cache_set_fingerprint_hook, kl_cache_set_pack_hook). */
+typedef struct race_ctx {
+  char* at;
+  char orig[sizeof(double)], other[sizeof(double)];
+  size_t esz;
+  int flips;
+} race_ctx;
+static void race_flip(void* ctx) {
+  race_ctx* c = ctx;
+  memcpy(c->at, c->other, c->esz);
+  c->flips++;
+}
+static void race_restore(void* ctx) {
+  race_ctx* c = ctx;
+  memcpy(c->at, c->orig, c->esz);
+}
+
 /* The one entry on strided weights gives the packed object's exact results; the
- * cache serves the second call and repacks after a weight changes in place. */
+ * cache serves the second call and repacks after a weight changes in place, and
+ * never keeps a packing of other bytes than its fingerprint's. */
 static void test_forward_entry(const model* m, const run_input* in, const result* r1,
                                const char* tag) {
   dl_model f;
@@ -547,6 +567,30 @@ static void test_forward_entry(const model* m, const run_input* in, const result
         "%s kl_lstm_forward after an in-place weight change: repacked, new result", tag);
   result_free(&r);
   memcpy(w + io_size(in->dt), saved, io_size(in->dt)); /* the weights of r1 again */
+  /* W_hh changed between the fingerprint and the packing, restored after: the
+   * racing call may see either value, but the entry it leaves must hold what its
+   * fingerprint saw, so the calls after it give r1's bits (a packing of the
+   * changed value would pass every check and serve it until kl_cache_clear) */
+  kl_cache_clear();
+  race_ctx rc = {w + io_size(in->dt), {0}, {0}, io_size(in->dt), 0};
+  memcpy(rc.orig, saved, rc.esz);
+  if (in->dt == KL_F64) *(double*)(void*)rc.other = *(const double*)(const void*)saved + 0.5;
+  else *(float*)(void*)rc.other = *(const float*)(const void*)saved + 0.5f;
+  kl_cache_set_fingerprint_hook(race_flip, &rc);
+  kl_cache_set_pack_hook(race_restore, &rc);
+  run_engine(NULL, &f, in, 1, &r);
+  kl_cache_set_fingerprint_hook(NULL, NULL);
+  kl_cache_set_pack_hook(NULL, NULL);
+  int race_ok = r.st == KL_OK && rc.flips == 1;
+  result_free(&r);
+  for (int call = 0; call < 2 && race_ok; call++) {
+    run_engine(NULL, &f, in, 1 + call, &r);
+    race_ok = r.st == KL_OK && memcmp(r.ybuf, r1->ybuf, r1->ybytes) == 0 &&
+              memcmp(r.hn, r1->hn, r1->hnbytes) == 0 && memcmp(r.cn, r1->cn, r1->cnbytes) == 0;
+    result_free(&r);
+  }
+  check(race_ok, "%s kl_lstm_forward after W_hh changed between fingerprint and packing, then "
+        "restored: the next calls give the unchanged weights' bits", tag);
   /* a trusted entry (constant_weights): float32 W_ih in panels, the f32-pgemm
    * kernels for a float32 input projection (other bits than OpenBLAS's): within the
    * dtype's tolerance of the packed object, the same bits for 1, 2 and 5 threads */
@@ -2397,9 +2441,11 @@ done:
   free(p);
 }
 
-/* kl_run_args.interrupt: asked on the calling thread; a yes stops every thread
- * of every chunk group at the same step (no barrier left waiting, whatever the
- * thread count and split), and a callback that never says yes changes no bit. */
+/* kl_run_args.interrupt: asked on the calling thread, between the input
+ * projection's tiles and every KL_INTERRUPT_STEPS steps; a yes stops every
+ * thread of every chunk group at the same tile or step (no barrier left
+ * waiting, whatever the thread count and split), and a callback that never says
+ * yes changes no bit. */
 typedef struct {
   int calls, stop_at;
 } intr_count;
@@ -2457,6 +2503,24 @@ static void test_interrupt(void) {
     free(y0);
     free(y1);
   }
+  /* 8 steps (no recurrence poll) of 512 rows: asked between the input
+   * projection's tiles too, not only before each layer */
+  const int64_t Ts = 8, Bs2 = 512;
+  float* x = xcalloc((size_t)(Ts * Bs2 * I), sizeof(float));
+  float* y = xcalloc((size_t)(Ts * Bs2 * D * H), sizeof(float));
+  for (int k = 0; s == KL_OK && k < 2; k++) {
+    intr_count never = {0, -1}, second = {0, 2};
+    kl_run_args a = {Ts, Bs2, x, Bs2 * I, I, y, Bs2 * D * H, D * H, NULL, NULL, NULL, NULL, NULL,
+                     nths[k], 0, NULL, intr_cb, &never};
+    const kl_status s1 = kl_lstm_run(m, &a);
+    a.interrupt_ctx = &second;
+    const kl_status s2 = kl_lstm_run(m, &a);
+    check(s1 == KL_OK && never.calls > L && s2 == KL_ERR_INTERRUPTED && second.calls == 2,
+          "[interrupt] T=8 B=512, %d thread(s): asked %d times in %d layers (the input projection's "
+          "tiles too); stopped at the 2nd question (%s)", nths[k], never.calls, L, kl_status_str(s2));
+  }
+  free(x);
+  free(y);
   kl_lstm_free(m);
   for (int g = 0; g < L * D; g++)
     for (int j = 0; j < 4; j++) free(w[g][j]);
