@@ -52,6 +52,13 @@ kl_status kl_view_of(const DLTensor* t, const char* name, int code, int bits, in
       kl_mul(bytes, bits / 8 > 0 ? bits / 8 : 1, &bytes))
     return kl_fail("%s: its sizes and strides overflow 64-bit offsets", name);
   v->numel = compact;
+  if (compact == 0) { /* nothing is read or written: strides as if compact (DLPack may give 0s) */
+    int64_t st = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+      v->strides[i] = st;
+      if (v->shape[i] > 1 && kl_mul(st, v->shape[i], &st)) st = 1;
+    }
+  }
   v->data = (char*)t->data + t->byte_offset;
   if (!t->data && compact > 0) return kl_fail("%s has no data (NULL)", name);
   return KL_OK;

@@ -52,9 +52,10 @@ kl_status kl_check_flag(const char* name, int64_t v);
 kl_status kl_check_threads(int64_t v, int* out);
 
 /* The largest stride, padding, dilation or kernel size a convolution's config may
- * give: sums and products of them with the tensors' sizes stay far from int64's
- * range. */
-#define KL_CONV_MAX_LEN INT32_MAX
+ * give (2^20; models use tens): products of them with the tensors' sizes stay far
+ * from int64's range, and a convolution's scratch (x transposed over its padded
+ * steps) stays within a few MiB per channel beyond its tensors' own sizes. */
+#define KL_CONV_MAX_LEN (1 << 20)
 /* The most output phases of a convolution computed in phases (a transposed one's
  * stride, a dilated one's dilation on weights in panels): each has a row of tables. */
 #define KL_CONV_MAX_PHASES 65536
