@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 import kokoro_lstm  # noqa: E402,F401  (registers the engine's functions with tvm_ffi)
 from kokoro_lstm.tvm import _dense  # noqa: E402
 
-# Examples per extern: ~60 s for the whole file under ASan on 2 cores.
-EXAMPLES = int(os.environ.get("KOKORO_LSTM_FUZZ_EXAMPLES", "120"))
+# Examples per extern: about a minute for the whole file under ASan on 2 cores.
+EXAMPLES = int(os.environ.get("KOKORO_LSTM_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck), print_blob=False)
 
@@ -33,7 +33,7 @@ MAX_LEN = 1 << 20        # check.h's KL_CONV_MAX_LEN
 MAX_PHASES = 65536       # check.h's KL_CONV_MAX_PHASES
 EDGE = [-2**63, -2**62, -2**31, -1, 0, 1, 2**20, 2**20 + 1, 2**31 - 1, 2**31, 2**62, 2**63 - 1]
 # a config length: mostly small, sometimes at an edge
-LEN = st.one_of(st.integers(0, 4), st.integers(0, 4), st.sampled_from(EDGE))
+LEN = st.one_of(st.integers(0, 4), st.integers(0, 4), st.integers(1, 2), st.sampled_from(EDGE))
 THREADS = st.sampled_from([0, 1, 2, 0, -1, 2**31])
 
 
@@ -81,10 +81,10 @@ def _ok_threads(n):
 def test_fuzz_conv1d(data):
     d = data.draw
     rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, cin, cout, k, win = (d(st.integers(0, n)) for n in (2, 3, 3, 3, 6))
+    batch, cin, cout, k, win = (d(st.integers(0, n)) for n in (2, 3, 3, 5, 7))
     stride, dil, pl, pr = d(LEN), d(LEN), d(LEN), d(LEN)
     panels, nth = d(st.sampled_from([0, 1, 0, 1, 2])), d(THREADS)
-    has_bias, alias = d(st.booleans()), d(st.sampled_from([False, False, False, True]))
+    has_bias, alias = d(st.booleans()), d(st.sampled_from([False, True]))
     span = win + pl + pr - dil * (k - 1) - 1
     wout_true = span // stride + 1 if stride >= 1 and span >= 0 else 0
     wout = min(max(wout_true + d(st.sampled_from([0, 0, 0, 1, -1])), 0), 12)
@@ -92,7 +92,7 @@ def test_fuzz_conv1d(data):
     W = w
     if panels == 1:
         W = (_dense.pack_conv_panels(w) if min(cin, cout, k) >= 1
-             else _rand(rng, max(1, -(-cout // 32)), k * cin, 32))
+             else _rand(rng, 2 + -(-cout // 32), 1, 32))   # never the packed shape
     y, aliased = _output(rng, (batch, cout, wout), x, alias)
     valid = (1 <= stride <= MAX_LEN and 1 <= dil <= MAX_LEN and 0 <= pl <= MAX_LEN
              and 0 <= pr <= MAX_LEN and panels in (0, 1) and _ok_threads(nth) and cin >= 1
@@ -139,14 +139,15 @@ def test_fuzz_conv1d_transpose(data):
     stride, dil, pad = d(LEN), d(LEN), d(LEN)
     ksize = d(st.one_of(st.just(k), st.just(k), LEN))
     panels, nth = d(st.sampled_from([0, 1, 0, 1, 3])), d(THREADS)
-    has_bias, alias = d(st.booleans()), d(st.sampled_from([False, False, False, True]))
+    has_bias, alias = d(st.booleans()), d(st.sampled_from([False, True]))
     x, w, b = _rand(rng, batch, cin, win), _rand(rng, cin, cout, k), _rand(rng, cout)
     cfg_ok = (1 <= stride <= MAX_PHASES and 1 <= dil <= MAX_LEN and 0 <= pad <= MAX_LEN
               and 1 <= ksize <= MAX_LEN and stride % dil == 0 and panels in (0, 1))
     W = w
     if panels == 1:
         W = (_dense.pack_conv_transpose_panels(w, stride, dil)
-             if cfg_ok and min(cin, cout, k) >= 1 else _rand(rng, 1, max(k * cin, 1), 32))
+             if cfg_ok and min(cin, cout, k) >= 1
+             else _rand(rng, 2 + -(-cout // 32), 1, 32))   # never the packed shape
     y, aliased = _output(rng, (batch, cout, wout), x, alias)
     valid = (cfg_ok and _ok_threads(nth) and cin >= 1 and cout >= 1 and ksize == k
              and not aliased)
@@ -163,7 +164,7 @@ def test_fuzz_conv1d_transpose_dw(data):
     rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
     batch, ch, k, win, wout = (d(st.integers(0, n)) for n in (2, 3, 3, 5, 10))
     stride, dil, pad, nth = d(LEN), d(LEN), d(LEN), d(THREADS)
-    has_bias, alias = d(st.booleans()), d(st.sampled_from([False, False, False, True]))
+    has_bias, alias = d(st.booleans()), d(st.sampled_from([False, True]))
     x, w, b = _rand(rng, batch, ch, win), _rand(rng, ch, 1, k), _rand(rng, ch)
     y, aliased = _output(rng, (batch, ch, wout), x, alias)
     valid = (1 <= stride <= MAX_LEN and 1 <= dil <= MAX_LEN and 0 <= pad <= MAX_LEN

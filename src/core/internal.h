@@ -163,7 +163,7 @@ static inline int kl_dl_extent(const DLTensor* t, int64_t esz, uintptr_t* lo, ui
   ovf |= __builtin_mul_overflow(a, esz, &lo_b) | __builtin_add_overflow(b, 1, &b) |
          __builtin_mul_overflow(b, esz, &hi_b);
   const uintptr_t base = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
-  if (ovf || (lo_b < 0 && (uintptr_t)-lo_b > base) || (uintptr_t)hi_b > UINTPTR_MAX - base) {
+  if (ovf || lo_b == INT64_MIN || (uintptr_t)-lo_b > base || (uintptr_t)hi_b > UINTPTR_MAX - base) {
     *lo = 0;
     *hi = UINTPTR_MAX;
     return 1;

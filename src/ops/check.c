@@ -31,7 +31,8 @@ kl_status kl_view_of(const DLTensor* t, const char* name, int code, int bits, in
     return kl_fail("%s must be %s", name, dtype_str(code, bits, want, sizeof(want)));
   if (ndim_max > KL_VIEW_MAXD) ndim_max = KL_VIEW_MAXD;
   if (t->ndim < ndim_min || t->ndim > ndim_max) {
-    if (ndim_min == ndim_max) return kl_fail("%s must be %d-D, got %d dimensions", name, ndim_min, t->ndim);
+    if (ndim_min == ndim_max)
+      return kl_fail("%s must be %d-D, got %d dimensions", name, ndim_min, t->ndim);
     return kl_fail("%s must have %d to %d dimensions, got %d", name, ndim_min, ndim_max, t->ndim);
   }
   v->ndim = t->ndim;

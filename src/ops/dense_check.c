@@ -85,11 +85,13 @@ kl_status kl_matmul_check(const kl_matmul_config* cfg, const DLTensor* At, const
     return kl_fail("unknown B layout in the config (b_panels must be 0 or 1, got %lld)",
                    (long long)cfg->b_panels);
   memset(m, 0, sizeof(*m));
-  if ((st = kl_check_flag("trans_b", cfg->trans_b)) || (st = kl_check_threads(cfg->num_threads, &m->num_threads)))
+  if ((st = kl_check_flag("trans_b", cfg->trans_b)) ||
+      (st = kl_check_threads(cfg->num_threads, &m->num_threads)))
     return st;
   const int panels = (int)cfg->b_panels, trans_b = !panels && cfg->trans_b;
   kl_view A, B, C, bias;
-  if ((st = kl_view_f32(At, "A", 2, KL_VIEW_MAXD, &A)) || (st = kl_view_f32(Bt, "B", 2, KL_VIEW_MAXD, &B)) ||
+  if ((st = kl_view_f32(At, "A", 2, KL_VIEW_MAXD, &A)) ||
+      (st = kl_view_f32(Bt, "B", 2, KL_VIEW_MAXD, &B)) ||
       (biast && (st = kl_view_f32(biast, "bias", 1, KL_VIEW_MAXD, &bias))) ||
       (st = kl_view_f32(Ct, "C", 2, KL_VIEW_MAXD, &C)))
     return st;
@@ -163,7 +165,8 @@ static kl_status conv_tensors(const DLTensor* xt, const DLTensor* wt, const DLTe
   for (int i = 0; i < 4; i++)
     if (all[i] && !kl_view_compact(all[i])) return kl_fail("%s must be compact", names[i]);
   if (x->shape[0] != y->shape[0])
-    return kl_fail("x and y batch sizes differ (%lld and %lld)", (long long)x->shape[0], (long long)y->shape[0]);
+    return kl_fail("x and y batch sizes differ (%lld and %lld)", (long long)x->shape[0],
+                   (long long)y->shape[0]);
   if (x->shape[1] < 1) return kl_fail("x has no channels: its channel count must be >= 1");
   const DLTensor* outs[1] = {yt};
   const DLTensor* ins[3] = {xt, wt, bt};
@@ -201,13 +204,15 @@ kl_status kl_conv1d_check(const kl_conv1d_config* cfg, const DLTensor* xt, const
   c->stride = cfg->stride;
   c->pad_l = cfg->pad_l;
   c->dilation = cfg->dilation;
-  if (c->cout < 1) return kl_fail("%s has no output channels: their count must be >= 1", panels ? "y" : "w");
+  if (c->cout < 1)
+    return kl_fail("%s has no output channels: their count must be >= 1", panels ? "y" : "w");
   if (panels && (w.shape[0] != cdiv(c->cout, KL_DENSE_PANEL) || c->ksize < 1 ||
                  w.shape[1] != c->ksize * c->cin || w.shape[2] != KL_DENSE_PANEL))
     return kl_fail("w packed in panels must be [%lld, ksize * %lld, %d] for %lld output channels, got "
                    "[%lld, %lld, %lld]",
                    (long long)cdiv(c->cout, KL_DENSE_PANEL), (long long)c->cin, KL_DENSE_PANEL,
-                   (long long)c->cout, (long long)w.shape[0], (long long)w.shape[1], (long long)w.shape[2]);
+                   (long long)c->cout, (long long)w.shape[0], (long long)w.shape[1],
+                   (long long)w.shape[2]);
   if (c->ksize < 1) return kl_fail("w has kernel size 0: ksize must be >= 1");
   int64_t reach, span;
   if (kl_mul(c->dilation, c->ksize - 1, &reach))
@@ -255,10 +260,12 @@ kl_status kl_conv1d_transpose_check(const kl_conv1d_transpose_config* cfg, const
                    (long long)cfg->w_panels);
   memset(c, 0, sizeof(*c));
   if ((st = conv_len("stride", cfg->stride, 1)) || (st = conv_len("dilation", cfg->dilation, 1)) ||
-      (st = conv_len("pad_l", cfg->pad_l, 0)) || (st = kl_check_threads(cfg->num_threads, &c->num_threads)))
+      (st = conv_len("pad_l", cfg->pad_l, 0)) ||
+      (st = kl_check_threads(cfg->num_threads, &c->num_threads)))
     return st;
   if (cfg->ksize < 1 || cfg->ksize > KL_CONV_MAX_LEN)
-    return kl_fail("invalid config: ksize must be in 1..%d, got %lld", KL_CONV_MAX_LEN, (long long)cfg->ksize);
+    return kl_fail("invalid config: ksize must be in 1..%d, got %lld", KL_CONV_MAX_LEN,
+                   (long long)cfg->ksize);
   if (cfg->stride % cfg->dilation)
     return kl_fail("invalid config: dilation not a divisor of stride (dilation %lld, stride %lld)",
                    (long long)cfg->dilation, (long long)cfg->stride);
@@ -305,7 +312,8 @@ kl_status kl_conv1d_transpose_check(const kl_conv1d_transpose_config* cfg, const
                    (long long)c->dilation);
   const int64_t taps = cdiv(c->ksize, c->stride / c->dilation);
   if (c->wout > 0 &&
-      (st = scratch_size("x transposed", c->batch, (c->wout - 1 + c->pad_l) / c->stride + taps, c->cin, 1)))
+      (st = scratch_size("x transposed", c->batch, (c->wout - 1 + c->pad_l) / c->stride + taps,
+                         c->cin, 1)))
     return st;
   if (!panels && (st = scratch_size("w packed by phase", np, KL_DENSE_PANEL, kred, 1))) return st;
   if (kred > INT32_MAX || c->cout > INT32_MAX || c->wout > INT32_MAX)
@@ -325,7 +333,8 @@ kl_status kl_conv1d_transpose_dw_check(const kl_conv1d_transpose_dw_config* cfg,
   kl_status st;
   memset(c, 0, sizeof(*c));
   if ((st = conv_len("stride", cfg->stride, 1)) || (st = conv_len("dilation", cfg->dilation, 1)) ||
-      (st = conv_len("pad_l", cfg->pad_l, 0)) || (st = kl_check_threads(cfg->num_threads, &c->num_threads)))
+      (st = conv_len("pad_l", cfg->pad_l, 0)) ||
+      (st = kl_check_threads(cfg->num_threads, &c->num_threads)))
     return st;
   kl_view x, w, bias, y;
   if ((st = conv_tensors(xt, wt, bt, yt, &x, &w, &bias, &y))) return st;
@@ -364,7 +373,8 @@ kl_status kl_softmax_check(int64_t num_threads, const DLTensor* xt, const DLTens
   kl_view x, y;
   memset(out, 0, sizeof(*out));
   if ((st = kl_check_threads(num_threads, &out->num_threads)) ||
-      (st = kl_view_f32(xt, "x", 1, KL_VIEW_MAXD, &x)) || (st = kl_view_f32(yt, "y", 1, KL_VIEW_MAXD, &y)))
+      (st = kl_view_f32(xt, "x", 1, KL_VIEW_MAXD, &x)) ||
+      (st = kl_view_f32(yt, "y", 1, KL_VIEW_MAXD, &y)))
     return st;
   if (x.ndim != y.ndim || x.numel != y.numel || x.shape[x.ndim - 1] != y.shape[y.ndim - 1])
     return kl_fail("x and y must have the same shape");
@@ -440,12 +450,14 @@ kl_status kl_attention_check(const kl_attention_config* cfg, const DLTensor* qt,
     return kl_fail("L %lld, S %lld and D %lld must each be at most %d", (long long)a->L, (long long)a->S,
                    (long long)a->D, INT32_MAX);
   /* o's rows are written once each: (batch, head, row) never meet */
-  const kl_view orows = {4, {dout[0], dout[1], dout[2], dout[3]}, {so[0], so[1], so[2], 1}, o.numel, o.data};
+  const kl_view orows = {4, {dout[0], dout[1], dout[2], dout[3]}, {so[0], so[1], so[2], 1},
+                         o.numel, o.data};
   if (a->D > 0 && (st = kl_check_distinct(&orows, "o"))) return st;
   if (mt) {
     const int nd = mask.ndim;
     const int64_t full[4] = {a->batch, a->heads, a->L, a->S};
-    if (mask.shape[nd - 2] != a->L || mask.shape[nd - 1] != a->S || (a->S > 1 && mask.strides[nd - 1] != 1))
+    if (mask.shape[nd - 2] != a->L || mask.shape[nd - 1] != a->S ||
+        (a->S > 1 && mask.strides[nd - 1] != 1))
       return kl_fail("mask must be [.., L %lld, S %lld] with unit stride along S", (long long)a->L,
                      (long long)a->S);
     int64_t ms[3] = {0, 0, a->L > 1 ? mask.strides[nd - 2] : 0};

@@ -77,7 +77,8 @@ int kl_tvm_compact_tensor(const char* fn, const TVMFFIAny* arg, const char* name
   const DLTensor* t;
   kl_view v;
   if (kl_tvm_cpu_tensor(fn, arg, name, code, bits, &t)) return -1;
-  if (kl_view_of(t, name, code, bits, 0, KL_VIEW_MAXD, &v)) return kl_tvm_errf("ValueError", fn, kl_last_error());
+  if (kl_view_of(t, name, code, bits, 0, KL_VIEW_MAXD, &v))
+    return kl_tvm_errf("ValueError", fn, kl_last_error());
   if (!kl_view_compact(&v)) {
     char what[200];
     snprintf(what, sizeof(what), "%s must be compact", name);
@@ -155,7 +156,8 @@ int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   if (kl_tvm_config(fn, args, nargs, KL_TVM_DENSE_ABI, KL_MATMUL_CFG_NMIN, KL_MATMUL_CFG_N, &cfg, &ncfg))
     return -1;
   const int has_bias = cfg[KL_MATMUL_CFG_HAS_BIAS] != 0;
-  const kl_matmul_config c = {cfg[KL_MATMUL_CFG_TRANS_B], ncfg > KL_MATMUL_CFG_ACT ? cfg[KL_MATMUL_CFG_ACT] : 0,
+  const kl_matmul_config c = {cfg[KL_MATMUL_CFG_TRANS_B],
+                              ncfg > KL_MATMUL_CFG_ACT ? cfg[KL_MATMUL_CFG_ACT] : 0,
                               ncfg > KL_MATMUL_CFG_B_PANELS ? cfg[KL_MATMUL_CFG_B_PANELS] : 0,
                               cfg[KL_MATMUL_CFG_NUM_THREADS]};
   const char* names[4] = {"A", "B", has_bias ? "bias" : NULL, "C"};
@@ -177,8 +179,8 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   if (kl_tvm_config(fn, args, nargs, KL_TVM_DENSE_ABI, KL_CONV1D_CFG_NMIN, KL_CONV1D_CFG_N, &cfg, &ncfg))
     return -1;
   const int has_bias = cfg[KL_CONV1D_CFG_HAS_BIAS] != 0;
-  const kl_conv1d_config c = {cfg[KL_CONV1D_CFG_STRIDE], cfg[KL_CONV1D_CFG_PAD_L], cfg[KL_CONV1D_CFG_PAD_R],
-                              cfg[KL_CONV1D_CFG_DILATION],
+  const kl_conv1d_config c = {cfg[KL_CONV1D_CFG_STRIDE], cfg[KL_CONV1D_CFG_PAD_L],
+                              cfg[KL_CONV1D_CFG_PAD_R], cfg[KL_CONV1D_CFG_DILATION],
                               ncfg > KL_CONV1D_CFG_W_PANELS ? cfg[KL_CONV1D_CFG_W_PANELS] : 0,
                               cfg[KL_CONV1D_CFG_NUM_THREADS]};
   const char* names[4] = {"x", "w", has_bias ? "bias" : NULL, "y"};

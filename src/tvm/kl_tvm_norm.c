@@ -42,7 +42,8 @@ int kl_tvm_instance_norm(void* self, const TVMFFIAny* args, int32_t nargs, TVMFF
     return errf("TypeError", what);
   }
   /* x, the parameters given (NULL: absent), y; checked by kl_instance_norm_check */
-  static const char* const names[8] = {"x", "weight", "bias", "scale", "shift", "snake_a", "snake_c", "y"};
+  static const char* const names[8] = {"x",     "weight",  "bias",    "scale",
+                                       "shift", "snake_a", "snake_c", "y"};
   const int has[8] = {1, hw, hb, hs, ht, hn, hn, 1};
   const DLTensor* t[8];
   for (int i = 0, k = 1; i < 8; i++) {

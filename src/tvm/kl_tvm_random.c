@@ -62,7 +62,8 @@ int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   const DLTensor* ins[1] = {seed};
   static const char* const out_names[1] = {"y"};
   static const char* const in_names[1] = {"seed"};
-  if (kl_check_disjoint(outs, out_names, 1, ins, in_names, 1)) return kl_tvm_errf("ValueError", fn, kl_last_error());
+  if (kl_check_disjoint(outs, out_names, 1, ins, in_names, 1))
+    return kl_tvm_errf("ValueError", fn, kl_last_error());
   int64_t s;
   memcpy(&s, (const char*)seed->data + seed->byte_offset, sizeof(s));
   const kl_status st = kl_f32_random((int)dist, (uint64_t)s, (uint64_t)stream, 0, n,
