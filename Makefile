@@ -5,7 +5,9 @@
 #   make ext          the extension rebuilt in place (setup.py build_ext --inplace: incremental)
 #   make test         venv + C core test (ctest) + pytest -q tests/ with KOKORO_LSTM_REQUIRE=1
 #   make ctest        the C core test program (src/tests/test_core.c); python3 runs the build
-#   make asan         the same under AddressSanitizer + UBSan (leak checking on)
+#   make asan         the same under AddressSanitizer + UBSan (leak checking on), then
+#                     make asan-fuzz: the dense externs' configs fuzzed (hypothesis) against
+#                     the extension built with ASan + UBSan (build-c/asan-ext)
 #   make debian-test  build with Debian's /usr/bin/python3 + libopenblas-dev in a
 #                     separate tree (build-c/debian) and run the core Python tests there
 #   make blas-scipy-test  the C test and the core Python tests against the
@@ -81,7 +83,7 @@ DEB_PKGS := python3-dev python3-numpy python3-pytest python3-setuptools libopenb
 DEB_DIR := build-c/debian
 DEB_TESTS := tests/test_numpy_api.py tests/test_reference.py tests/test_one_road.py
 
-.PHONY: all venv ext test test-gpu gpu-deploy ctest asan bench-kernels debian-test blas-scipy-test demo bench clean distclean \
+.PHONY: all venv ext test test-gpu gpu-deploy ctest asan asan-fuzz bench-kernels debian-test blas-scipy-test demo bench clean distclean \
         test-aarch64 ctest-portable wheel-test clang-check
 
 all: test
@@ -93,7 +95,7 @@ $(VENV_STAMP): constraints.txt pyproject.toml
 	@echo "== venv: $(VENV)"
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --progress-bar off $(PIPC) $(TORCH_PIP_ARGS) torch==2.13.0
-	$(PIP) install --progress-bar off $(PIPC) numpy pytest scipy-openblas32 setuptools wheel apache-tvm \
+	$(PIP) install --progress-bar off $(PIPC) numpy pytest hypothesis scipy-openblas32 setuptools wheel apache-tvm \
 	    onnxruntime onnx onnxscript matplotlib threadpoolctl $(NVRTC_PIP) $(NVCC_PIP)
 	$(PIP) install --progress-bar off $(PIPC) $(TEST_EXTRAS)
 	$(PIP) install --progress-bar off $(PIPC) --no-build-isolation -e .
@@ -135,6 +137,20 @@ ctest: $(C_DEPS)
 
 asan: $(C_DEPS)
 	$(ASAN_ENV) $(KLB) ctest --variant asan $(KLB_ARGS) --run
+	$(MAKE) --no-print-directory asan-fuzz
+
+# The dense externs' configs fuzzed (tests/test_dense_fuzz.py, hypothesis, derandomized)
+# against the extension built with ASan + UBSan in $(ASAN_EXT); Python is not
+# instrumented, so libasan is preloaded and leak checking is off. python -P: the
+# tree's own kokoro_lstm (the development build) must not shadow the ASan copy.
+ASAN_EXT := build-c/asan-ext
+LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
+asan-fuzz: venv
+	$(VPY) kl_build.py ext --variant asan $(KLB_ARGS) --out $(ASAN_EXT) -q
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:halt_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LD_PRELOAD=$(LIBASAN) \
+	PYTHONPATH=$(ASAN_EXT) KOKORO_LSTM_FUZZ_BUILD=$(ASAN_EXT) KOKORO_LSTM_REQUIRE=1 \
+	    $(VPY) -P -m pytest -q -p no:cacheprovider tests/test_dense_fuzz.py
 
 BENCH_KERNELS_ROUNDS ?= 21
 bench-kernels: $(C_DEPS)

@@ -26,6 +26,8 @@ Command line (the Makefile's targets call it):
   python kl_build.py ctest [--variant o2|asan|portable] [--cc CC] [--blas B] [--out DIR] [--run]
   python kl_build.py bench-kernels [--run] [ROUNDS]
   python kl_build.py check --cc clang ...     compile every file of the C test, no link
+  python kl_build.py ext --variant asan --out build-c/asan-ext   the package with its extension
+                 built as that variant (run with PYTHONPATH=build-c/asan-ext)
   python kl_build.py sources [--arch x86|arm] the source lists, one per line
 The program is built in --out (default build-c/<blas>/<variant>, with the target
 architecture in front when it is not this machine's) and its path printed last.
@@ -286,6 +288,62 @@ def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=Tru
     cflags = (COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + list(extra_cflags)
               + [f"-I{d}" for d in INCLUDE_DIRS + blas["include_dirs"]]
               + [f"-D{k}={v}" for k, v in blas["define_macros"]])
+    objs = _compile_all(cc, cflags, sources, out_dir, arch, jobs, verbose)
+    if not link:
+        return None
+    exe = os.path.join(out_dir, name)
+    command = (cc + COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + list(extra_cflags)
+               + ["-o", _short(exe)] + [_short(o) for o in objs] + blas_link_flags(blas)
+               + PROGRAM_LINK_FLAGS)
+    if not up_to_date(exe, objs, command):
+        if verbose:
+            print(" ".join(shlex.quote(a) for a in command), flush=True)
+        subprocess.run(command, cwd=ROOT, check=True)
+        record(exe, command)
+    return exe
+
+
+def build_extension(cc, variant, blas, out_dir, extra_cflags=(), jobs=None, verbose=True):
+    """The kokoro_lstm package with its _core extension compiled as `variant` (asan: the
+    Python tests under AddressSanitizer + UBSan), in out_dir/kokoro_lstm: the package's
+    Python files copied there, the extension built beside them (incrementally). Run it
+    with PYTHONPATH=out_dir, and for asan LD_PRELOAD of the compiler's libasan (Python
+    itself is not instrumented). Needs the NumPy of the Python running this."""
+    import shutil
+    import sysconfig
+
+    import numpy
+
+    arch = target_arch(cc)
+    generate()
+    out_dir = os.path.join(ROOT, out_dir)
+    pkg = os.path.join(out_dir, "kokoro_lstm")
+    for src in glob.glob(os.path.join(ROOT, "kokoro_lstm", "**", "*.py"), recursive=True):
+        dst = os.path.join(pkg, os.path.relpath(src, os.path.join(ROOT, "kokoro_lstm")))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if not os.path.exists(dst) or os.path.getmtime(dst) < os.path.getmtime(src):
+            shutil.copy2(src, dst)
+    with open(os.path.join(pkg, "_build_config.py"), "w") as f:
+        f.write(f'"""Written by kl_build.py ({variant} extension)."""\nBLAS = {blas["blas"]!r}\n')
+    sources = engine_sources(arch) + BINDING_SOURCES + blas["sources"]
+    flags = (COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + ["-fPIC"] + list(extra_cflags))
+    cflags = (flags + [f"-I{d}" for d in INCLUDE_DIRS + blas["include_dirs"]]
+              + [f"-I{sysconfig.get_paths()['include']}", f"-I{numpy.get_include()}"]
+              + [f"-D{k}={v}" for k, v in blas["define_macros"]])
+    objs = _compile_all(cc, cflags, sources, os.path.join(out_dir, "obj"), arch, jobs, verbose)
+    so = os.path.join(pkg, "_core" + sysconfig.get_config_var("EXT_SUFFIX"))
+    command = (cc + flags + ["-shared", "-o", _short(so)] + [_short(o) for o in objs]
+               + blas_link_flags(blas) + EXT_LINK_FLAGS + ["-lm"])
+    if not up_to_date(so, objs, command):
+        if verbose:
+            print(" ".join(shlex.quote(a) for a in command), flush=True)
+        subprocess.run(command, cwd=ROOT, check=True)
+        record(so, command)
+    return so
+
+
+def _compile_all(cc, cflags, sources, out_dir, arch, jobs, verbose):
+    """Objects of sources in out_dir, compiling those out of date, in parallel."""
 
     def compile_one(src):
         obj = object_path(out_dir, src)
@@ -304,19 +362,7 @@ def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=Tru
         return obj, True
 
     with ThreadPoolExecutor(jobs or default_jobs()) as pool:
-        objs = [obj for obj, _ in pool.map(compile_one, sources)]
-    if not link:
-        return None
-    exe = os.path.join(out_dir, name)
-    command = (cc + COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + list(extra_cflags)
-               + ["-o", _short(exe)] + [_short(o) for o in objs] + blas_link_flags(blas)
-               + PROGRAM_LINK_FLAGS)
-    if not up_to_date(exe, objs, command):
-        if verbose:
-            print(" ".join(shlex.quote(a) for a in command), flush=True)
-        subprocess.run(command, cwd=ROOT, check=True)
-        record(exe, command)
-    return exe
+        return [obj for obj, _ in pool.map(compile_one, sources)]
 
 
 def main(argv=None):
@@ -325,7 +371,9 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="what", required=True)
     for what, help_text in (("ctest", "the C core test (src/tests/test_core.c)"),
                             ("bench-kernels", "the kernel micro-benchmark"),
-                            ("check", "compile every file of the C test, no link")):
+                            ("check", "compile every file of the C test, no link"),
+                            ("ext", "the kokoro_lstm package with its extension built as "
+                                    "--variant, in --out (default build-c/<variant>-ext)")):
         p = sub.add_parser(what, help=help_text)
         p.add_argument("--variant", choices=sorted(VARIANT_FLAGS), default="o2")
         p.add_argument("--cc", default=os.environ.get("CC") or "gcc",
@@ -337,7 +385,7 @@ def main(argv=None):
         p.add_argument("--cflags", default="", help="extra compiler flags")
         p.add_argument("-j", "--jobs", type=int, default=None)
         p.add_argument("-q", "--quiet", action="store_true", help="do not print the commands")
-        if what != "check":
+        if what not in ("check", "ext"):
             p.add_argument("--run", action="store_true", help="run the program after building it")
             p.add_argument("args", nargs="*", help="the program's arguments (with --run)")
     p = sub.add_parser("sources", help="the source lists")
@@ -355,6 +403,11 @@ def main(argv=None):
     cc = shlex.split(args.cc)
     blas = find_blas(args.blas, program=True)
     out = args.out
+    if args.what == "ext":
+        so = build_extension(cc, args.variant, blas, out or os.path.join("build-c", f"{args.variant}-ext"),
+                             shlex.split(args.cflags), jobs=args.jobs, verbose=not args.quiet)
+        print(_short(so), flush=True)
+        return 0
     if out is None:
         arch = target_arch(cc)
         prefix = "" if arch == arch_of(platform.machine()) else f"{arch}-"

@@ -1000,3 +1000,152 @@ def test_rewrite_linear_gelu_new():
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
     got = (out if hasattr(out, "numpy") else out[0]).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------
+# configs and tensors a caller chose: refused, named, before memory is touched
+# ----------------------------------------------------------------------------------
+def _in_subprocess(code):
+    """Runs code (with _fn, _t, _cfg, _dense, torch at hand) in a fresh interpreter: a
+    defect there crashes the child, not this test run. Returns (returncode, output)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    prelude = textwrap.dedent("""
+        import torch, tvm_ffi
+        import kokoro_lstm.tvm
+        from kokoro_lstm.tvm import _dense
+        _fn = tvm_ffi.get_global_func
+        _t = tvm_ffi.from_dlpack
+        _cfg = lambda c: tvm_ffi.Shape(list(c))
+    """)
+    r = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ))
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_conv1d_transpose_huge_stride_refused():
+    """A stride of 2^62 overflowed the phase table's size (5 * stride int64s): a heap
+    overflow. Now a ValueError naming the stride."""
+    rc, out = _in_subprocess("""
+        x, w, y = torch.randn(1, 2, 3), torch.randn(2, 3, 1), torch.zeros(1, 3, 3)
+        try:
+            _fn(_dense.CONV1D_TRANSPOSE_FUNC)(_cfg(_dense.Conv1dTransposeConfig(
+                stride=2**62, ksize=1, w_panels=0)), _t(x), _t(w), _t(y))
+        except ValueError as e:
+            print("refused:", e)
+    """)
+    assert rc == 0 and "refused:" in out and "stride 4611686018427387904 too large" in out, out
+
+
+def test_attention_mask_rank_above_4_refused():
+    """A 5-D to 8-D mask indexed below the [B, H, L, S] arrays (a stack write out of
+    bounds); masks have 2 to 4 dimensions."""
+    q, o = torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8)
+    for nd in (5, 8):
+        mask = torch.zeros((1,) * (nd - 2) + (4, 4))
+        with pytest.raises(ValueError, match="mask must have 2 to 4 dimensions, got %d" % nd):
+            _attention(q, q.clone(), q.clone(), o, mask=mask)
+
+
+def test_conv1d_huge_dilation_refused():
+    """dilation 2^62 over 5 taps: dilation * (ksize - 1) wrapped to 0, so an empty
+    convolution (the window is longer than x) was computed as 5 output steps."""
+    x, w, y = torch.randn(1, 2, 5), torch.randn(3, 2, 5), torch.full((1, 3, 5), float("nan"))
+    with pytest.raises(ValueError, match="dilation 4611686018427387904 too large"):
+        _fn(_dense.CONV1D_FUNC)(_cfg(_dense.Conv1dConfig(dilation=2**62)), _t(x), _t(w), _t(y))
+    assert torch.isnan(y).all()  # untouched
+
+
+def test_huge_padding_is_a_config_error():
+    """pad_l = 2^62 overflowed the transposed input's size (a crash, or "out of memory");
+    now a config error naming pad_l, from every convolution."""
+    rc, out = _in_subprocess("""
+        x = torch.randn(1, 2, 4)
+        calls = [
+            (_dense.CONV1D_TRANSPOSE_FUNC, _dense.Conv1dTransposeConfig(pad_l=2**62, ksize=1, w_panels=0),
+             torch.randn(2, 3, 1), torch.zeros(1, 3, 4)),
+            (_dense.CONV1D_FUNC, _dense.Conv1dConfig(pad_l=2**62), torch.randn(3, 2, 1), torch.zeros(1, 3, 4)),
+            (_dense.CONV1D_TRANSPOSE_DW_FUNC, _dense.Conv1dTransposeDwConfig(pad_l=2**62),
+             torch.randn(2, 1, 1), torch.zeros(1, 2, 4)),
+        ]
+        for name, cfg, w, y in calls:
+            try:
+                _fn(name)(_cfg(cfg), _t(x), _t(w), _t(y))
+                print("computed", name)
+            except ValueError as e:
+                print("refused:", e)
+    """)
+    assert rc == 0, out
+    assert out.count("refused:") == 3 and out.count("pad_l 4611686018427387904 too large") == 3, out
+
+
+@pytest.mark.parametrize("which", ["matmul", "conv1d", "conv_t", "conv_t_dw", "softmax", "attention",
+                                   "instance_norm"])
+def test_output_aliasing_an_input_refused(which):
+    """An output sharing memory with an input was computed silently wrong (its
+    elements overwritten while still read); now refused, naming both."""
+    g = torch.Generator().manual_seed(21)
+    if which == "matmul":
+        A, B = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+        call = lambda: _fn(_dense.MATMUL_FUNC)(_cfg(_dense.MatmulConfig()), _t(A), _t(B), _t(A))
+        names = "C and A"
+    elif which == "conv1d":
+        x = torch.randn(1, 4, 12, generator=g)
+        y = x.view(-1)[:40].view(1, 4, 10)          # y's memory is x's first 40 floats
+        w = torch.randn(4, 4, 3, generator=g)
+        call = lambda: _fn(_dense.CONV1D_FUNC)(_cfg(_dense.Conv1dConfig()), _t(x), _t(w), _t(y))
+        names = "y and x"
+    elif which == "conv_t":
+        x = torch.randn(1, 4, 10, generator=g)
+        w = torch.randn(4, 4, 1, generator=g)
+        call = lambda: _fn(_dense.CONV1D_TRANSPOSE_FUNC)(
+            _cfg(_dense.Conv1dTransposeConfig(ksize=1, w_panels=0)), _t(x), _t(w), _t(x))
+        names = "y and x"
+    elif which == "conv_t_dw":
+        x = torch.randn(1, 4, 10, generator=g)
+        w = torch.randn(4, 1, 1, generator=g)
+        call = lambda: _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(
+            _cfg(_dense.Conv1dTransposeDwConfig()), _t(x), _t(w), _t(x))
+        names = "y and x"
+    elif which == "softmax":
+        x = torch.randn(3, 7, generator=g)
+        call = lambda: _fn(_dense.SOFTMAX_FUNC)(_cfg(_dense.SoftmaxConfig()), _t(x), _t(x))
+        names = "y and x"
+    elif which == "instance_norm":   # y may be x itself, but not x shifted by a row
+        buf = torch.randn(1, 5, 6, generator=g)
+        x, y = buf[:, :4], buf[:, 1:]
+        cfg = _cfg(_dense.InstanceNormConfig(eps_bits=_dense.f64_bits(1e-5)))
+        call = lambda: _fn(_dense.INSTANCE_NORM_FUNC)(cfg, _t(x), _t(y))
+        names = "y and x"
+    else:
+        q = torch.randn(1, 2, 4, 8, generator=g)
+        k, v = torch.randn(1, 2, 4, 8, generator=g), torch.randn(1, 2, 4, 8, generator=g)
+        call = lambda: _attention(q, k, v, v)
+        names = "o and v"
+    with pytest.raises(ValueError, match=names + " overlap in memory"):
+        call()
+
+
+def test_zero_kernel_size_or_channels_named():
+    """A zero kernel size or zero channels got the kernel's bare "invalid argument"."""
+    f = _fn(_dense.CONV1D_FUNC)
+    with pytest.raises(ValueError, match="x has no channels"):
+        f(_cfg(_dense.Conv1dConfig()), _t(torch.zeros(1, 0, 4)), _t(torch.zeros(3, 0, 3)),
+          _t(torch.zeros(1, 3, 2)))
+    with pytest.raises(ValueError, match="w has no output channels"):
+        f(_cfg(_dense.Conv1dConfig()), _t(torch.zeros(1, 2, 4)), _t(torch.zeros(0, 2, 3)),
+          _t(torch.zeros(1, 0, 2)))
+    with pytest.raises(ValueError, match="w has kernel size 0"):
+        f(_cfg(_dense.Conv1dConfig()), _t(torch.zeros(1, 2, 4)), _t(torch.zeros(3, 2, 0)),
+          _t(torch.zeros(1, 3, 5)))
+    with pytest.raises(ValueError, match="ksize must be in 1"):
+        _fn(_dense.CONV1D_TRANSPOSE_FUNC)(_cfg(_dense.Conv1dTransposeConfig(ksize=0, w_panels=0)),
+                                          _t(torch.zeros(1, 2, 4)), _t(torch.zeros(2, 3, 0)),
+                                          _t(torch.zeros(1, 3, 3)))
+    with pytest.raises(ValueError, match="w has kernel size 0"):
+        _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(_cfg(_dense.Conv1dTransposeDwConfig()),
+                                             _t(torch.zeros(1, 2, 4)), _t(torch.zeros(2, 1, 0)),
+                                             _t(torch.zeros(1, 2, 3)))

@@ -122,22 +122,6 @@ static kl_status check_compact(const DLTensor* t, const char* name) {
   return is_compact(t) ? KL_OK : fail("%s must be contiguous (row-major)", name);
 }
 
-/* The bytes t may touch: [*lo, *hi), from its shape and strides (dimensions of
- * size 1 do not move); 0 when it is empty. */
-static int extent(const DLTensor* t, int64_t esz, uintptr_t* lo, uintptr_t* hi) {
-  int64_t a = 0, b = 0;
-  for (int i = 0; i < t->ndim; i++) {
-    if (t->shape[i] == 0) return 0;
-    if (t->shape[i] == 1) continue;
-    const int64_t span = (t->shape[i] - 1) * stride_of(t, i);
-    if (span < 0) a += span; else b += span;
-  }
-  const uintptr_t base = (uintptr_t)data_of(t);
-  *lo = base + (uintptr_t)(a * esz);
-  *hi = base + (uintptr_t)((b + 1) * esz);
-  return 1;
-}
-
 /* y's (time, batch) rows of `row` elements must not overlap one another: both
  * strides positive (where the size exceeds 1), the smaller at least a row, the
  * larger at least the smaller's whole extent. */
@@ -171,7 +155,7 @@ static kl_status check_no_overlap(const kl_forward_args* a, int64_t esz) {
   static const char* const in_name[5] = {"x", "h0", "c0", "lengths", "gate_bias"};
   uintptr_t lo[3], hi[3], l2, h2;
   int have[3];
-  for (int i = 0; i < 3; i++) have[i] = out[i] && extent(out[i], esz, &lo[i], &hi[i]);
+  for (int i = 0; i < 3; i++) have[i] = out[i] && kl_dl_extent(out[i], esz, &lo[i], &hi[i]);
   for (int i = 0; i < 3; i++) {
     if (!have[i]) continue;
     for (int j = i + 1; j < 3; j++)
@@ -179,11 +163,11 @@ static kl_status check_no_overlap(const kl_forward_args* a, int64_t esz) {
         return fail("%s and %s overlap in memory: outputs must not overlap each other or the inputs",
                     out_name[i], out_name[j]);
     for (int j = 0; j < 5; j++)
-      if (in[j] && extent(in[j], j == 3 ? 8 : esz, &l2, &h2) && lo[i] < h2 && l2 < hi[i])
+      if (in[j] && kl_dl_extent(in[j], j == 3 ? 8 : esz, &l2, &h2) && lo[i] < h2 && l2 < hi[i])
         return fail("%s and %s overlap in memory: outputs must not overlap each other or the inputs",
                     out_name[i], in_name[j]);
     for (int j = 0; j < a->num_weights; j++)
-      if (extent(a->weights[j], esz, &l2, &h2) && lo[i] < h2 && l2 < hi[i])
+      if (kl_dl_extent(a->weights[j], esz, &l2, &h2) && lo[i] < h2 && l2 < hi[i])
         return fail("%s and weights[%d] overlap in memory: outputs must not overlap each other or "
                     "the inputs", out_name[i], j);
   }

@@ -143,6 +143,36 @@ kl_f32_rsum_fn kl_select_rsum(void);
 /* Sets this thread's kl_last_error() message. */
 void kl_set_error(const char* msg);
 
+/* The bytes a DLTensor of esz-byte elements may touch, [*lo, *hi), from its shape
+ * and strides (dimensions of size 1 do not move); 0 when it is empty, else 1. A
+ * span that overflows gives the whole address space, which overlaps everything.
+ * Outputs are checked against inputs with it (forward.c, src/ops/check.c). */
+static inline int kl_dl_extent(const DLTensor* t, int64_t esz, uintptr_t* lo, uintptr_t* hi) {
+  int64_t a = 0, b = 0, compact = 1;
+  int ovf = 0;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    const int64_t n = t->shape[i], s = t->strides ? t->strides[i] : compact;
+    if (n == 0) return 0;
+    ovf |= n < 0 || __builtin_mul_overflow(compact, n, &compact);
+    if (n == 1) continue;
+    int64_t span;
+    ovf |= __builtin_mul_overflow(n - 1, s, &span);
+    ovf |= span < 0 ? __builtin_add_overflow(a, span, &a) : __builtin_add_overflow(b, span, &b);
+  }
+  int64_t lo_b, hi_b;
+  ovf |= __builtin_mul_overflow(a, esz, &lo_b) | __builtin_add_overflow(b, 1, &b) |
+         __builtin_mul_overflow(b, esz, &hi_b);
+  const uintptr_t base = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  if (ovf || lo_b == INT64_MIN || (uintptr_t)-lo_b > base || (uintptr_t)hi_b > UINTPTR_MAX - base) {
+    *lo = 0;
+    *hi = UINTPTR_MAX;
+    return 1;
+  }
+  *lo = base - (uintptr_t)-lo_b;
+  *hi = base + (uintptr_t)hi_b;
+  return 1;
+}
+
 /* ---- weights as found in caller memory (the CPU and CUDA backends) ---- */
 /* The rows (t, b) of a [T, B, K] tensor with these strides as one strided
  * sequence: row stride ld, row (t, b) = t*gt + b*gb. 0 if they are not one. */

@@ -158,4 +158,56 @@ typedef struct kl_attention_args {
 
 kl_status kl_f32_attention(const kl_attention_args* args);
 
+/* ---- argument checks (dense_check.c) ---------------------------------------------
+ * One per operator, over its config and its DLTensors (NULL: an optional tensor not
+ * given): every value range, rank, shape, stride and size product (overflow-checked),
+ * and no output sharing memory with an input, checked before anything is read or
+ * written; on success the kernel's arguments are filled in. A failure is KL_ERR_ARG
+ * with kl_last_error() naming the argument. Config values are taken as the caller gave
+ * them (int64), so that the ranges are checked here, once. */
+typedef struct kl_matmul_config {
+  int64_t trans_b, act, b_panels, num_threads;
+} kl_matmul_config;
+kl_status kl_matmul_check(const kl_matmul_config* cfg, const DLTensor* A, const DLTensor* B,
+                          const DLTensor* bias, const DLTensor* C, kl_matmul_args* out);
+
+typedef struct kl_conv1d_config {
+  int64_t stride, pad_l, pad_r, dilation, w_panels, num_threads;
+} kl_conv1d_config;
+kl_status kl_conv1d_check(const kl_conv1d_config* cfg, const DLTensor* x, const DLTensor* w,
+                          const DLTensor* bias, const DLTensor* y, kl_conv1d_args* out);
+
+typedef struct kl_conv1d_transpose_config {
+  int64_t stride, pad_l, dilation, ksize, w_panels, num_threads;
+} kl_conv1d_transpose_config;
+kl_status kl_conv1d_transpose_check(const kl_conv1d_transpose_config* cfg, const DLTensor* x,
+                                    const DLTensor* w, const DLTensor* bias, const DLTensor* y,
+                                    kl_conv1d_transpose_args* out);
+
+typedef struct kl_conv1d_transpose_dw_config {
+  int64_t stride, pad_l, dilation, num_threads;
+} kl_conv1d_transpose_dw_config;
+kl_status kl_conv1d_transpose_dw_check(const kl_conv1d_transpose_dw_config* cfg, const DLTensor* x,
+                                       const DLTensor* w, const DLTensor* bias, const DLTensor* y,
+                                       kl_conv1d_transpose_dw_args* out);
+
+/* kl_f32_softmax's arguments. */
+typedef struct kl_softmax_args {
+  int64_t rows, n;
+  const float* x;
+  float* y;
+  int num_threads;
+} kl_softmax_args;
+kl_status kl_softmax_check(int64_t num_threads, const DLTensor* x, const DLTensor* y,
+                           kl_softmax_args* out);
+
+/* layouts 0 [B, H, rows, D] or 1 [B, rows, H, D]; scale_bits: the float32 scale's
+ * bits, as a signed or an unsigned 32-bit value. */
+typedef struct kl_attention_config {
+  int64_t q_layout, k_layout, v_layout, o_layout, scale_bits, num_threads;
+} kl_attention_config;
+kl_status kl_attention_check(const kl_attention_config* cfg, const DLTensor* q, const DLTensor* k,
+                             const DLTensor* v, const DLTensor* mask, const DLTensor* o,
+                             kl_attention_args* out);
+
 #endif

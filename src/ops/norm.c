@@ -6,6 +6,9 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <string.h>
+
+#include "check.h"
 
 #include "internal.h"
 #include "threads.h"
@@ -75,4 +78,52 @@ kl_status kl_f32_instance_norm(const kl_instance_norm_args* a) {
   j.rows = rows;
   atomic_init(&j.next, 0);
   return kl_pool_run(nth, norm_task, &j);
+}
+
+kl_status kl_instance_norm_check(double eps, int64_t num_threads, const DLTensor* xt,
+                                 const DLTensor* weight, const DLTensor* bias, const DLTensor* scale,
+                                 const DLTensor* shift, const DLTensor* snake_a,
+                                 const DLTensor* snake_c, const DLTensor* yt,
+                                 kl_instance_norm_args* a) {
+  kl_status st;
+  memset(a, 0, sizeof(*a));
+  if (!(eps >= 0)) return kl_fail("eps must be >= 0, got %g", eps);
+  if (!snake_a != !snake_c) return kl_fail("snake_a and snake_c: both or neither");
+  if ((st = kl_check_threads(num_threads, &a->num_threads))) return st;
+  kl_view x, y, p;
+  if ((st = kl_view_f32(xt, "x", 1, KL_VIEW_MAXD, &x))) return st;
+  if (x.ndim < 3) return kl_fail("x must be [N, C, ...] (3 or more dimensions)");
+  if (!kl_view_compact(&x)) return kl_fail("x must be compact");
+  a->batch = x.shape[0];
+  a->channels = x.shape[1];
+  a->length = a->batch > 0 && a->channels > 0 ? x.numel / (a->batch * a->channels) : 0;
+  a->x = (const float*)x.data;
+  a->eps = eps;
+  static const char* const names[6] = {"weight", "bias", "scale", "shift", "snake_a", "snake_c"};
+  const DLTensor* const ts[6] = {weight, bias, scale, shift, snake_a, snake_c};
+  const float** dst[6] = {&a->weight, &a->bias, &a->scale, &a->shift, &a->snake_a, &a->snake_c};
+  int* per_batch[6] = {NULL, NULL, &a->scale_per_batch, &a->shift_per_batch, NULL, NULL};
+  for (int i = 0; i < 6; i++) {
+    if (!ts[i]) continue;
+    if ((st = kl_view_f32(ts[i], names[i], 0, KL_VIEW_MAXD, &p))) return st;
+    if (!kl_view_compact(&p)) return kl_fail("%s must be compact", names[i]);
+    const int batched = per_batch[i] && p.numel == a->batch * a->channels && a->batch != 1;
+    if (p.numel != a->channels && !batched)
+      return kl_fail("%s must hold C = %lld values%s, got %lld", names[i], (long long)a->channels,
+                     per_batch[i] ? " or N * C" : "", (long long)p.numel);
+    *dst[i] = (const float*)p.data;
+    if (per_batch[i]) *per_batch[i] = batched;
+  }
+  if ((st = kl_view_f32(yt, "y", 1, KL_VIEW_MAXD, &y))) return st;
+  if (!kl_view_compact(&y)) return kl_fail("y must be compact");
+  if (y.ndim != x.ndim || memcmp(y.shape, x.shape, (size_t)x.ndim * sizeof(int64_t)))
+    return kl_fail("y must have x's shape");
+  /* y may be x itself (each row is read whole before it is written), nothing else */
+  const DLTensor* outs[1] = {yt};
+  const DLTensor* ins[7] = {y.data == x.data ? NULL : xt, weight, bias, scale, shift, snake_a, snake_c};
+  static const char* const out_names[1] = {"y"};
+  static const char* const in_names[7] = {"x", "weight", "bias", "scale", "shift", "snake_a", "snake_c"};
+  if ((st = kl_check_disjoint(outs, out_names, 1, ins, in_names, 7))) return st;
+  a->y = (float*)y.data;
+  return KL_OK;
 }

@@ -29,4 +29,15 @@ typedef struct kl_instance_norm_args {
 
 kl_status kl_f32_instance_norm(const kl_instance_norm_args* args);
 
+/* The tensors and config of a call, checked before it touches memory (norm.c): x
+ * [N, C, ...] float32 CPU compact; each parameter (NULL: not given) C values, scale
+ * and shift also N * C; y x's shape, x itself or disjoint from every input; snake_a
+ * and snake_c both or neither; eps >= 0. Fills *out; KL_ERR_ARG with the argument
+ * named in kl_last_error(). */
+kl_status kl_instance_norm_check(double eps, int64_t num_threads, const DLTensor* x,
+                                 const DLTensor* weight, const DLTensor* bias, const DLTensor* scale,
+                                 const DLTensor* shift, const DLTensor* snake_a,
+                                 const DLTensor* snake_c, const DLTensor* y,
+                                 kl_instance_norm_args* out);
+
 #endif

@@ -22,6 +22,7 @@
 #include <sys/random.h>
 #endif
 
+#include "check.h"
 #include "kl_tvm_dense.h"
 #include "kl_tvm_random.h"
 #include "random.h"
@@ -57,6 +58,12 @@ int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
     snprintf(what, sizeof(what), "seed must have one element, got %lld", (long long)nseed);
     return kl_tvm_errf("ValueError", fn, what);
   }
+  const DLTensor* outs[1] = {y};
+  const DLTensor* ins[1] = {seed};
+  static const char* const out_names[1] = {"y"};
+  static const char* const in_names[1] = {"seed"};
+  if (kl_check_disjoint(outs, out_names, 1, ins, in_names, 1))
+    return kl_tvm_errf("ValueError", fn, kl_last_error());
   int64_t s;
   memcpy(&s, (const char*)seed->data + seed->byte_offset, sizeof(s));
   const kl_status st = kl_f32_random((int)dist, (uint64_t)s, (uint64_t)stream, 0, n,
