@@ -241,8 +241,9 @@ def clear_cache():
 
 def _engine_arg(t: Tensor):
     """What the engine reads in place: the tensor's DLPack capsule (for CUDA, the ops
-    run on its current stream, so no stream handshake)."""
-    return _to_dlpack(t.detach())
+    run on its current stream, so no stream handshake). The ops record no autograd,
+    so a parameter's capsule needs no detached copy."""
+    return _to_dlpack(t)
 
 
 def _stream(x: Tensor) -> int:
@@ -768,14 +769,13 @@ class KokoroLSTM(nn.RNNBase):
         else:
             op = lstm_forward_packed_bidirectional if D == 2 else lstm_forward_packed
         hs, cs = [], []
+        # nn.RNNBase's _flat_weights: per layer and direction w_ih, w_hh[, b_ih, b_hh]
+        w, per = self._flat_weights, 4 if self.bias else 2
         for layer in range(L):
             args = [x] if lengths is None else [x, lengths]
             args += [h0[layer * D:(layer + 1) * D], c0[layer * D:(layer + 1) * D]]
-            for sfx in ("",) + (("_reverse",) if D == 2 else ()):
-                args.append(getattr(self, f"weight_ih_l{layer}{sfx}"))
-                args.append(getattr(self, f"weight_hh_l{layer}{sfx}"))
-                args.append(getattr(self, f"bias_ih_l{layer}{sfx}") if self.bias else None)
-                args.append(getattr(self, f"bias_hh_l{layer}{sfx}") if self.bias else None)
+            for k in range(layer * D * per, (layer + 1) * D * per, per):
+                args += w[k:k + per] if per == 4 else [w[k], w[k + 1], None, None]
             x, h_n, c_n = op(*args)
             hs.append(h_n)
             cs.append(c_n)
@@ -816,7 +816,7 @@ def _needs_autograd(module, input, hx) -> bool:
     if hx is not None:
         tensors += list(hx)
     return (any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
-            or any(p.requires_grad for p in module.parameters(recurse=False)))
+            or any(p.requires_grad for p in module._flat_weights))
 
 
 def _ops_take_dtypes(module, input, hx) -> bool:
@@ -825,7 +825,7 @@ def _ops_take_dtypes(module, input, hx) -> bool:
     precision, mixed dtypes) runs PyTorch's LSTM, which gives the unpatched module's result or error."""
     x = getattr(input, "data" if isinstance(input, PackedSequence) else "padded", input)
     dtypes = {t.dtype for t in [x, *(hx or ())] if isinstance(t, Tensor)}
-    dtypes.update(p.dtype for p in module.parameters(recurse=False))
+    dtypes.update(p.dtype for p in module._flat_weights)
     ok = {torch.float32} if isinstance(x, Tensor) and x.is_cuda else {torch.float32, torch.float64}
     return len(dtypes) == 1 and dtypes <= ok
 
