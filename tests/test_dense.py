@@ -193,7 +193,7 @@ def test_matmul_bitwise_independent_of_threads():
     g = torch.Generator().manual_seed(3)
     A, B = torch.randn(3, 300, 200, generator=g), torch.randn(200, 600, generator=g)
     outs = []
-    for nth in (1, 2, 3, 8):  # 8 threads: more than the shape's 6 tiles, split further
+    for nth in (1, 2, 3, 8):  # 6 tiles, split for kl_max_threads() (8, conftest) at every count
         C = torch.empty(3, 300, 600)
         _matmul(A, B, C, nth=nth)
         outs.append(C.clone())

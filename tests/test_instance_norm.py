@@ -164,22 +164,29 @@ def test_adain_rewrite():
         np.testing.assert_allclose(got, m(x, s).numpy(), rtol=0, atol=2e-3)
 
 
-def test_snake_rewrite():
-    """Kokoro's AdaINResBlock1: each AdaIN1d and the Snake after it become one
-    instance_norm_v1 (six per block); PyTorch's numbers within 2e-5."""
+def _adain_resblock(seed=1):
     istftnet = require("kokoro.istftnet")
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     m = istftnet.AdaINResBlock1(64, 3, (1, 3, 5), style_dim=128).eval()
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0, 0.3)
         for a in list(m.alpha1) + list(m.alpha2):
             a.uniform_(0.3, 2.0)
-    x, s = torch.randn(1, 64, 600), torch.randn(1, 128)
+    return m, torch.randn(1, 64, 600), torch.randn(1, 128)
+
+
+def test_snake_rewrite():
+    """Kokoro's AdaINResBlock1: each AdaIN1d and the Snake after it become one
+    instance_norm_v1 (six per block); within 2e-5 of PyTorch's numbers in float64
+    (twelve layers deep: PyTorch's own float32 result is 2.8e-5 off on an AVX2
+    EPYC, ours 6.5e-6, so float32 PyTorch is no reference at this tolerance)."""
+    m, x, s = _adain_resblock()
     counts, run = _compile(m, (x, s))
     assert counts.get("instance_norm") == 6 and counts.get("snake_fused") == 6
+    want = _adain_resblock()[0].double()
     with torch.no_grad():
-        np.testing.assert_allclose(run(x, s)[0], m(x, s).numpy(), rtol=0, atol=2e-5)
+        np.testing.assert_allclose(run(x, s)[0], want(x.double(), s.double()).numpy(), rtol=0, atol=2e-5)
 
 
 class _SnakeShared(torch.nn.Module):

@@ -22,12 +22,14 @@
 #define KL_DENSE_NT_MAX 512
 #define KL_DENSE_EVEN_BELOW 8
 #define KL_DENSE_ALIGN 16
-/* With more threads than those tiles, tiles are split further, rows first, down
- * to KL_DENSE_MT_MIN rows and KL_DENSE_NT_MIN columns while a tile keeps
- * KL_DENSE_TILE_MIN_MACS multiply-adds. The results stay those of the unsplit
- * tiles bit for bit: OpenBLAS sums each element of C over K in the same order
- * whatever the M/N extent of the call, except in its small-matrix kernels, which
- * tiles of this size never reach (the C test and test_dense check it). */
+/* Tiles are then split further, rows first, down to KL_DENSE_MT_MIN rows and
+ * KL_DENSE_NT_MIN columns while a tile keeps KL_DENSE_TILE_MIN_MACS
+ * multiply-adds, until there are as many as the threads the call would run at
+ * the process's thread count (kl_max_threads(), read once; kl_threads_for_work
+ * of the shape), never for the call's num_threads: OpenBLAS's bits for an
+ * element depend on where the call's M and N edges fall (its Haswell kernels,
+ * also run on Zen, sum K in another order in the register blocks at the edges,
+ * e.g. the last 8 of 128 rows or columns). */
 #define KL_DENSE_MT_MIN 64
 #define KL_DENSE_NT_MIN 128
 #define KL_DENSE_TILE_MIN_MACS (1 << 21)
@@ -47,9 +49,28 @@ typedef struct mm_job {
 
 static int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-/* Tile counts and sizes of j from its matrix shape and, when there are more
- * threads than those tiles, the thread count (see KL_DENSE_MT_MAX/MT_MIN). */
-static void mm_tiles(mm_job* j, int nth) {
+/* The thread count mm_tiles splits for: 0 until read; kl_dense_set_split_threads
+ * sets it. */
+static atomic_int g_split_threads;
+
+void kl_dense_set_split_threads(int n) {
+  atomic_store(&g_split_threads, n < 1 ? 0 : n > KL_MAX_THREADS ? KL_MAX_THREADS : n);
+}
+
+static int split_threads(void) {
+  int n = atomic_load(&g_split_threads);
+  if (n < 1) {
+    const int m = kl_max_threads();
+    int expected = 0;
+    n = atomic_compare_exchange_strong(&g_split_threads, &expected, m) ? m : expected;
+  }
+  return n;
+}
+
+/* Tile counts and sizes of j from its matrix shape (work: its multiply-adds as
+ * kl_f32_matmul counts them) and split_threads() alone (see KL_DENSE_MT_MAX/MT_MIN),
+ * so that results never depend on num_threads. */
+static void mm_tiles(mm_job* j, double work) {
   const kl_matmul_args* a = j->a;
   int64_t nm = (a->M + KL_DENSE_MT_MAX - 1) / KL_DENSE_MT_MAX;
   int64_t nn = (a->N + KL_DENSE_NT_MAX - 1) / KL_DENSE_NT_MAX;
@@ -58,6 +79,7 @@ static void mm_tiles(mm_job* j, int nth) {
   if (total % 2 == 1 && total < KL_DENSE_EVEN_BELOW && a->N >= 2 * KL_DENSE_ALIGN &&
       macs * (double)a->batch >= 2.0 * KL_DENSE_MIN_MACS)
     nn++;
+  const int nth = kl_threads_for_work(split_threads(), work, KL_DENSE_MIN_MACS);
   while (a->batch * nm * nn < nth) {
     const int64_t rows = cdiv(a->M, nm + 1), cols = cdiv(a->N, nn);
     if (rows >= KL_DENSE_MT_MIN && (double)rows * (double)cols * (double)a->K >= KL_DENSE_TILE_MIN_MACS)
@@ -278,7 +300,7 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   mm_job j;
   j.a = a;
   j.gelu = a->act == KL_ACT_GELU_TANH ? kl_select_vgelu() : NULL;
-  mm_tiles(&j, nth);
+  mm_tiles(&j, macs);
   atomic_init(&j.next, 0);
   if (nth > j.ntasks) nth = (int)j.ntasks;
   return run_pool(nth, mm_task, &j);

@@ -2,9 +2,9 @@
  * 1-D convolutions on OpenBLAS, threaded on the engine's pool. Used by the TVM
  * lowering (src/tvm/kl_tvm_dense.c) for the non-LSTM parts of Kokoro's encoder.
  *
- * Work is cut into tiles fixed by the shapes (never by the thread count), each
- * tile one single-threaded sgemm, so results are bitwise identical for any
- * num_threads; a B packed in panels (constant weights) runs the f32-pgemm
+ * Work is cut into tiles fixed by the shapes and the process's kl_max_threads()
+ * (never by a call's thread count), each tile one single-threaded sgemm, so
+ * results are bitwise identical for any num_threads; a B packed in panels (constant weights) runs the f32-pgemm
  * kernels instead, whose elements do not depend on the tiles at all. Strides are
  * in elements. */
 #ifndef KL_DENSE_H
@@ -47,6 +47,10 @@ typedef struct kl_matmul_args {
 } kl_matmul_args;
 
 kl_status kl_f32_matmul(const kl_matmul_args* args);
+/* Test hook: kl_f32_matmul's OpenBLAS tiles are split for n threads (n >= 1)
+ * whatever each call's num_threads, or (n 0) for kl_max_threads(), the default,
+ * read at the next call. */
+void kl_dense_set_split_threads(int n);
 
 /* Width of B's panels for b_panels (KL_PGEMM_NR). */
 #define KL_DENSE_PANEL 32
