@@ -291,6 +291,7 @@ def _sigint_flag():
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        _Interrupt.seen = False
 
 
 def run_guarded(prog, verbose, body):
@@ -299,7 +300,12 @@ def run_guarded(prog, verbose, body):
     end of its traceback first; all of it with ``verbose``)."""
     try:
         with _sigint_flag():
-            result = body()
+            try:
+                result = body()
+            except Exception:
+                if _Interrupt.seen:  # a Ctrl-C that came back through TVM as another error
+                    raise KeyboardInterrupt from None
+                raise
             check_interrupt()
         return result, 0
     except UsageError as e:

@@ -55,9 +55,9 @@ DEFAULT_FRAMES = 150
 #: the Decoder's instance norms need two frames (PyTorch refuses one)
 MIN_FRAMES = 2
 #: the most frames a 24 GB machine ports with Kokoro-82M's config: peak memory is about
-#: 2.6 GB + 0.44 MB per frame (twice that slope budgeted for --validate, where PyTorch
-#: runs beside the library's memory pool), so 16384 frames stay under ~17 GB; Kokoro's
-#: context allows 25600 (512 tokens x max_dur 50), real speech ~4 frames per token.
+#: 2.6 GB + 0.78 MB per frame with --validate (0.44 without), ~15 GB at 16384 frames and
+#: ~23 GB at the 25600 of Kokoro's context (512 tokens x max_dur 50); real speech has
+#: about 4 frames per token.
 MAX_FRAMES = 16384
 EXT = ".so"
 
@@ -388,6 +388,8 @@ def _port(seq_lens, *, output, output_dir, target, validate, checkpoint, no_weig
     parse_seq_lens(",".join(map(str, seq_lens)))
     cfg = C.load_config(config)
     ist = D.check_decoder_config(cfg, f"config {config}" if config else "config")
+    D.check_samples(ist, seq_lens, MAX_FRAMES)
+    check_seed(seed)
     D.decoder_classes()
     bucketed = len(seq_lens) > 1
     if output and bucketed:
@@ -403,12 +405,9 @@ def _port(seq_lens, *, output, output_dir, target, validate, checkpoint, no_weig
         ckpt = C.load_checkpoint(checkpoint)
         C._entry(ckpt, D.CHECKPOINT_KEY)
         weights = os.path.abspath(checkpoint)
-    check_seed(seed)
-    D.check_samples(ist, seq_lens, MAX_FRAMES)
+    check_writable_dir(output_dir, "--output-dir")  # created even with --output, as kokoro-tvm
     if output and not bucketed:
         check_writable_dir(os.path.dirname(os.path.abspath(output)), f"--output {output}:")
-    else:
-        check_writable_dir(output_dir, "--output-dir")
     if tune:
         progress.note("tune", "--tune ignored: there is no tuning step (the dense ops run on "
                               "the engine's kernels, the rest is scheduled without tuning)")
