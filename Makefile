@@ -3,7 +3,8 @@
 #   make venv         .venv with torch==2.13.0 (CPU), NumPy, pytest, TVM, ONNX Runtime, onnxscript, ...
 #                     and this package installed editable (a stamp makes reruns instant)
 #   make ext          the extension rebuilt in place (setup.py build_ext --inplace: incremental)
-#   make test         venv + C core test (ctest) + pytest -q tests/ with KOKORO_LSTM_REQUIRE=1
+#   make test         venv + C core test (ctest, FAIL lines and a summary) + pytest -q -rs tests/
+#                     (skip reasons listed) with KOKORO_LSTM_REQUIRE=1
 #   make ctest        the C core test program (src/tests/test_core.c); python3 runs the build
 #   make asan         the same under AddressSanitizer + UBSan (leak checking on), then
 #                     make asan-fuzz: the dense externs' configs fuzzed (hypothesis) against
@@ -109,15 +110,15 @@ ext: venv
 # ---- tests -------------------------------------------------------------------------------
 test: venv ext
 	@rc=0; \
-	echo "== C core test (kl_build.py ctest)"; \
-	$(KLB) ctest $(KLB_ARGS) --run || rc=1; \
+	echo "== C core test (kl_build.py ctest; KL_TEST_VERBOSE=1 prints every PASS)"; \
+	KL_TEST_QUIET=1 $(KLB) ctest $(KLB_ARGS) --run || rc=1; \
 	echo "== C core test, parallel jobs on libgomp's team (LD_PRELOAD=$(GOMP))"; \
-	if KL_TEST_POOL=openmp LD_PRELOAD=$(GOMP) $(KLB) ctest $(KLB_ARGS) --run \
+	if KL_TEST_QUIET=1 KL_TEST_POOL=openmp LD_PRELOAD=$(GOMP) $(KLB) ctest $(KLB_ARGS) --run \
 	     > build-c/ctest-openmp.log 2>&1; then tail -n 2 build-c/ctest-openmp.log; \
 	else tail -n 40 build-c/ctest-openmp.log; rc=1; fi; \
 	echo "== pytest -q tests (KOKORO_LSTM_REQUIRE=1)"; \
 	export KOKORO_LSTM_REQUIRE=1; \
-	$(VPY) -m pytest -q tests || rc=1; \
+	$(VPY) -m pytest -q -rs tests || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED"; else echo "make test: all passed"; fi; \
 	exit $$rc
 

@@ -34,16 +34,39 @@ def library_of(x):
     return lib if lib in ("torch", "cupy") else "dlpack"
 
 
-def _carrier():
-    """The library that carries other libraries' CUDA arrays: torch, else CuPy."""
+def _has_cuda(lib):
+    """Whether the imported ``lib`` (torch or cupy) can reach a CUDA device."""
+    try:
+        if lib == "torch":
+            import torch
+            return bool(torch.cuda.is_available())
+        import cupy
+        return bool(cupy.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA install counts as none
+        return False
+
+
+def _carrier(x):
+    """The library that carries other libraries' CUDA arrays: torch, else CuPy, the
+    first one that has CUDA. TypeError when neither is installed, RuntimeError (the
+    engine's error for a missing CUDA) when neither can reach a GPU: torch's own
+    AssertionError ("Torch not compiled with CUDA enabled") is not the API's."""
+    found = []
     for lib in ("torch", "cupy"):
         try:
             __import__(lib)
-            return lib
         except ImportError:
             continue
-    raise TypeError("CUDA arrays other than torch's or CuPy's run through torch or CuPy "
-                    "(DLPack): install either")
+        if _has_cuda(lib):
+            return lib
+        found.append(lib)
+    if not found:
+        raise TypeError("CUDA arrays other than torch's or CuPy's run through torch or CuPy "
+                        "(DLPack): install either")
+    raise RuntimeError(f"x is a CUDA array ({type(x).__name__}) but {' and '.join(found)}, "
+                       f"which would carry it, {'has' if len(found) == 1 else 'have'} no CUDA "
+                       "(a CPU-only build or no usable GPU): install a CUDA build of torch "
+                       "or CuPy, or pass host arrays")
 
 
 class Device:
@@ -58,7 +81,7 @@ class Device:
                 raise TypeError(f"{type(x).__name__}: a CUDA array without "
                                 "__array_namespace__().from_dlpack (the outputs are handed "
                                 "back through it)")
-            lib = _carrier()
+            lib = _carrier(x)
         self.lib = lib
         index = int(x.__dlpack_device__()[1])
         if lib == "torch":

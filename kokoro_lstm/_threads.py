@@ -12,12 +12,15 @@ engine only overrides:
 
 Counts must be integers in 1..2**31-1; anything else (bools, floats, 0, 2**31) is a
 ValueError naming the argument; an environment variable that is not such a count is
-ignored by the engine, and here with a RuntimeWarning naming it.
+ignored by the engine, and here with a RuntimeWarning naming it. The same warning
+comes for the weight cache's ``KOKORO_LSTM_CACHE_MB`` (src/core/cache.c), which the
+engine also ignores when it does not parse.
 """
 from __future__ import annotations
 
 import numbers
 import os
+import re
 import sys
 import warnings
 
@@ -34,6 +37,12 @@ POOL_MAX = 512
 
 ENV_NUM_THREADS = "KOKORO_LSTM_NUM_THREADS"
 ENV_MAX_THREADS = "KOKORO_LSTM_MAX_THREADS"
+ENV_CACHE_MB = "KOKORO_LSTM_CACHE_MB"
+#: KOKORO_LSTM_CACHE_MB's range (MiB) and the engine's default (cache.c)
+CACHE_MB_MAX = 1 << 40
+CACHE_MB_DEFAULT = 1024
+# what cache.c's strtoll(env, &end, 10) reads to the end: blanks, a sign, digits
+_CACHE_MB = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 
 # ---- validation -----------------------------------------------------------------------
@@ -68,14 +77,36 @@ def _env_count(var):
     return n
 
 
+def _cache_mb_env():
+    """KOKORO_LSTM_CACHE_MB as the engine reads it (cache.c): a whole number of MiB in
+    0..2**40, or None when unset/blank; ValueError naming it when it is set to something
+    the engine ignores ("64MB", "-5", "abc")."""
+    raw = os.environ.get(ENV_CACHE_MB, "")
+    if not raw.strip():
+        return None
+    m = _CACHE_MB.fullmatch(raw)
+    # a digit count first: int() refuses strings of over 4300 digits
+    digits = m.group(1).lstrip("+-").lstrip("0") if m else ""
+    if m is None or len(digits) > 13 or not 0 <= int(m.group(1)) <= CACHE_MB_MAX:
+        shown = raw.strip()
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise ValueError(f"{ENV_CACHE_MB} must be a whole number of MiB in 0..{CACHE_MB_MAX}, "
+                         f"got {shown!r} (the cache keeps the default {CACHE_MB_DEFAULT} MiB)")
+    return int(m.group(1))
+
+
 def _warn_bad_env():
-    """A one-line RuntimeWarning for each thread variable the engine ignores (a bad
-    variable must not break ``import kokoro_lstm`` or every call)."""
+    """A one-line RuntimeWarning for each thread or cache variable the engine ignores (a
+    bad variable must not break ``import kokoro_lstm`` or every call)."""
     for var in (ENV_NUM_THREADS, ENV_MAX_THREADS):
         try:
             _env_count(var)
         except ValueError as e:
             warnings.warn(f"{e}; ignored", RuntimeWarning, stacklevel=4)
+    try:
+        _cache_mb_env()
+    except ValueError as e:
+        warnings.warn(f"{e}; ignored", RuntimeWarning, stacklevel=4)
 
 
 # ---- usable cores --------------------------------------------------------------------

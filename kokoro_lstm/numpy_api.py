@@ -172,7 +172,9 @@ def clear_cache() -> None:
 def cache_info() -> dict:
     """The weight cache: entries, bytes, and hit/miss/repack counters; ``scratch_bytes``:
     calls' large work buffers (the gate buffer, T*B*D*4H floats) kept so that the next
-    calls need not map and fault in fresh pages."""
+    calls need not map and fault in fresh pages. Warns (RuntimeWarning) when
+    ``KOKORO_LSTM_CACHE_MB`` is set to something the engine ignores."""
+    _threads._warn_bad_env()
     return _core.cache_info()
 
 
@@ -297,6 +299,9 @@ class LSTM:
                         dtype: str = "float32", num_threads: Optional[int] = None) -> LSTM:
         """Builds from PyTorch nn.LSTM state_dict keys; sizes are inferred."""
         _io_dtype(dtype)
+        if not callable(getattr(state_dict, "items", None)):
+            raise TypeError(f"state_dict must be a mapping of nn.LSTM keys to arrays (such as "
+                            f"module.state_dict()), got {type(state_dict).__name__}")
         sd = OrderedDict()
         for key, value in state_dict.items():
             if not _KEY.match(str(key)):

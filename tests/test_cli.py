@@ -7,9 +7,12 @@ ported once at a small static length and the tests below inspect its outputs.
 import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -565,6 +568,13 @@ BAD = [
 ]
 
 
+BAD += [
+    # issue 37: beyond int64 was a traceback
+    (["port-encoder", "--component", "duration", "--no-weights", "--seed", str(2**63)],
+     "--seed must be in"),
+]
+
+
 @pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a[1:]) or a[0] for a, _ in BAD])
 def test_usage_errors_exit_2(argv, message, capsys, tmp_path):
     try:
@@ -721,29 +731,48 @@ def test_compare_counts_nan_mismatches():
     assert _compare(np.zeros(3), np.zeros(4)) == (inf, inf, 0)
 
 
-@pytest.mark.parametrize("side", ["torch", "compiled"])
-def test_validation_nan_on_one_side_fails(side, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("side", ["torch", "compiled", "both"])
+def test_validation_nan_fails(side, tmp_path, capsys, monkeypatch):
     """Issue 28: PyTorch's output all NaN and the artifact's finite (or the reverse)
-    reported max_abs_err 0.0, passed, exit 0. Now it fails (exit 1) and the report
-    counts the mismatched positions."""
+    reported max_abs_err 0.0, passed, exit 0. Issue 37: both all NaN passed the same
+    way (nothing compared), and the report held a bare NaN (not JSON). Now each fails
+    (exit 1), the report counts the positions and is strict JSON."""
     import kokoro_lstm.cli.port_encoder as pe
 
     def all_nan(arrays):
         return [np.full_like(a, np.nan) for a in arrays]
 
-    if side == "torch":
+    if side in ("torch", "both"):
         eager = pe._Component.eager
         monkeypatch.setattr(pe._Component, "eager", lambda self, args: all_nan(eager(self, args)))
-    else:
+    if side in ("compiled", "both"):
         as_list = pe._as_list
         monkeypatch.setattr(pe, "_as_list", lambda res: all_nan(as_list(res)))
     assert _port(tmp_path, "text_encoder", "native") == 1
-    v = _report(tmp_path, "text_encoder")["validation"]
+    with open(os.path.join(tmp_path, "text_encoder_report.json"), encoding="utf-8") as f:
+        rep = json.load(f, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    v = rep["validation"]
     n = 2 * 512 * T  # both input sets, every position of t_en [1, 512, T]
-    assert not v["passed"] and v["nan_mismatch"] == n
-    assert v["outputs"]["t_en"]["nan_mismatch"] == n
+    mismatch, both = (0, n) if side == "both" else (n, 0)
+    assert not v["passed"] and v["nan_mismatch"] == mismatch and v["nan_both"] == both, v
+    assert v["outputs"]["t_en"]["nan_mismatch"] == mismatch
     captured = capsys.readouterr()
-    assert f"NaN on one side only at {n} positions" in captured.err and "FAIL" in captured.out
+    if side == "both":
+        assert f"NaN on both sides at {n} positions" in captured.err
+    else:
+        assert f"NaN on one side only at {n} positions" in captured.err
+    assert "FAIL" in captured.out
+
+
+def test_reports_are_strict_json(tmp_path):
+    """NaN and infinities are written as null (json.dump's default writes NaN)."""
+    from kokoro_lstm.cli._common import write_report
+
+    path = tmp_path / "r.json"
+    write_report(path, {"a": float("nan"), "b": [1.5, float("inf")], "c": {"d": -float("inf")}})
+    text = path.read_text()
+    assert json.loads(text) == {"a": None, "b": [1.5, None], "c": {"d": None}}
+    assert "NaN" not in text and "Infinity" not in text
 
 
 # --------------------------------------------------------------------------------------
@@ -801,3 +830,77 @@ def test_demo_subcommand(tmp_path):
     assert ir["duration", "relax"] > ir["duration", "tir"] > ir["duration", "native"]
     for m in ("native", "tir", "relax"):
         assert (tmp_path / m / "duration_compiled.so").is_file()
+
+
+def test_unwritable_output_dir_exit_2_before_the_build(tmp_path, capsys):
+    """Issue 37: an existing, unwritable --output-dir was found when the first file was
+    written, after the export (exit 1); now before anything is built."""
+    if os.geteuid() == 0:
+        d = "/proc"  # os.access says yes to root; creating a file there fails
+    else:
+        d = str(tmp_path / "ro")
+        os.mkdir(d, 0o555)
+    t0 = time.perf_counter()
+    rc = main(["port-encoder", "--component", "duration", "--no-weights", "--seq-len", "8",
+               "--output-dir", d])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "--output-dir" in err[0] and "is not writable" in err[0], err
+    assert time.perf_counter() - t0 < 60
+
+
+@pytest.mark.parametrize("command", ["port-encoder", "port-decoder", "demo"])
+def test_help_shows_defaults(command):
+    """Issue 37: `port-encoder --help` showed no defaults."""
+    r = subprocess.run([sys.executable, "-m", "kokoro_lstm.cli", command, "--help"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    flat = " ".join(r.stdout.split())
+    want = {"port-encoder": ["(default: 512)", "(default: tvm_output)", "(default: 0)",
+                             "(default: llvm)", "(default: auto)"],
+            "port-decoder": ["(default 150)", "(default: llvm)", "(default: 0)"],
+            "demo": ["(default 32)", "(default: llvm)", "(default: packed)"]}[command]
+    missing = [w for w in want if w not in flat]
+    assert not missing, (missing, r.stdout)
+
+
+# --------------------------------------------------------------------------------------
+# Ctrl-C
+# --------------------------------------------------------------------------------------
+def interrupt_during(argv, step, out_dir, delay=2.0, timeout=900):
+    """Runs `python -m kokoro_lstm.cli argv` and sends SIGINT ``delay`` s after stderr
+    shows ``step`` starting; returns (exit status, stderr, files left in out_dir)."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, "-m", "kokoro_lstm.cli", *argv], cwd=ROOT, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err, sent, end = b"", None, time.monotonic() + timeout
+    try:
+        os.set_blocking(p.stderr.fileno(), False)
+        while p.poll() is None and time.monotonic() < end:
+            if select.select([p.stderr], [], [], 0.1)[0]:
+                err += p.stderr.read() or b""
+            if sent is None and step.encode() in err:
+                time.sleep(delay)
+                p.send_signal(signal.SIGINT)
+                sent = time.monotonic()
+        p.wait(timeout=max(1.0, end - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err += p.stderr.read() or b""
+    assert sent is not None, f"{step!r} never started:\n{err.decode()[-3000:]}"
+    files = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
+    return p.returncode, err.decode(), files
+
+
+def test_ctrl_c_during_the_build_exits_130(tmp_path):
+    """Ctrl-C while port-encoder builds: exit 130, one line, and no file of the
+    component left (its IR was written before the build, and stayed)."""
+    out = tmp_path / "out"
+    rc, err, files = interrupt_during(
+        ["port-encoder", "--component", "text_encoder", "--seq-len", str(T), "--no-weights",
+         "--output-dir", str(out)], "[text_encoder] build ...", out, delay=1.0)
+    assert rc == 130, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == "kokoro-lstm port-encoder: interrupted", err[-3000:]
+    assert files == [], files

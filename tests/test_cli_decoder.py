@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ require("kokoro.istftnet")
 from kokoro_lstm.cli import _components as C  # noqa: E402
 from kokoro_lstm.cli import _decoder as D  # noqa: E402
 from kokoro_lstm.cli import main  # noqa: E402
-from kokoro_lstm.cli.port_decoder import library_path, parse_seq_lens  # noqa: E402
+from kokoro_lstm.cli.port_decoder import MAX_FRAMES, library_path, parse_seq_lens  # noqa: E402
+from test_cli import interrupt_during  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),
@@ -67,13 +69,20 @@ def _subprocess(code, *args):
 # --------------------------------------------------------------------------------------
 # flags and errors: exit 2, one line, nothing written
 # --------------------------------------------------------------------------------------
+RANGE = f"must be in 2..{MAX_FRAMES} frames"
 BAD = [
-    (["--seq-len", "0"], "--seq-len must be in 1..25600"),
+    (["--seq-len", "0"], "--seq-len " + RANGE),
+    # issue 37: documented as valid, it died in the decoder's instance norm (exit 1)
+    (["--seq-len", "1"], "--seq-len " + RANGE),
     (["--seq-len", "x"], "invalid int"),
-    (["--seq-len", "25601"], "--seq-len must be in 1..25600"),
+    (["--seq-len", str(MAX_FRAMES + 1)], "--seq-len " + RANGE),
     (["--seq-lens", ""], "names no length"),
     (["--seq-lens", "8,x"], "'x' is not an integer"),
-    (["--seq-lens", "8,-1"], "--seq-lens must be in 1..25600"),
+    (["--seq-lens", "8,-1"], "--seq-lens " + RANGE),
+    (["--seq-lens", "1,8"], "--seq-lens " + RANGE),
+    # issue 37: a traceback (exit 1) from the int64 seed tensor
+    (["--no-weights", "--seed", str(2**63)], "--seed must be in"),
+    (["--no-weights", "--seed", str(-2**63 - 1)], "--seed must be in"),
     (["--seq-lens", "8,16", "--output", "/tmp/x.so"], "--output names one library"),
     (["--checkpoint", "/nonexistent/k.pth"], "checkpoint file not found"),
     (["--checkpoint", __file__, "--no-weights"], "exclude each other"),
@@ -111,12 +120,73 @@ def test_usage_errors_exit_2(argv, message, capsys, tmp_path):
     ({"istftnet": {"gen_istft_n_fft": 7}}, "'istftnet.gen_istft_n_fft'"),
     ({"istftnet": {"gen_istft_hop_size": 0}}, "'istftnet.gen_istft_hop_size'"),
     ({"istftnet": [1, 2]}, "'istftnet' must be a JSON object"),
+    # issue 37: each of these asked for 10-524 GB (exit 1 with a traceback)
+    ({"istftnet": {"upsample_rates": [10, 600000], "upsample_kernel_sizes": [20, 600000]}},
+     "'istftnet.upsample_rates' must be a list of 1 to 4 integers in 1..16"),
+    ({"istftnet": {"upsample_kernel_sizes": [20, 1000000]}},
+     "'istftnet.upsample_kernel_sizes' must be one integer k in u..64"),
+    ({"istftnet": {"resblock_kernel_sizes": [3, 7, 1000001]}},
+     "'istftnet.resblock_kernel_sizes' must be a list of 1 to 4 odd integers in 1..31"),
+    ({"istftnet": {"resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 10**9]]}},
+     "'istftnet.resblock_dilation_sizes' must be one list of three dilations in 1..32"),
+    ({"istftnet": {"gen_istft_n_fft": 2**20, "gen_istft_hop_size": 5}},
+     "'istftnet.gen_istft_n_fft' must be an even integer in 2..2048"),
+    ({"istftnet": {"upsample_rates": [16, 16], "upsample_kernel_sizes": [32, 32],
+                   "gen_istft_hop_size": 20}},
+     "makes 5120 audio samples per F0 frame"),
 ])
 def test_bad_decoder_config_exit_2(cfg, message, capsys, tmp_path):
     assert _run(["--no-weights", "--config", _config(tmp_path, cfg),
                  "--output-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(PROG_ERR) and message in err[0], err
+
+
+def test_frames_bounded_by_the_configs_samples(capsys, tmp_path):
+    """--seq-len's bound is set for Kokoro-82M's 600 samples per frame: a config with
+    more samples per frame gets proportionally fewer frames (exit 2 before allocating)."""
+    cfg = {"istftnet": {"upsample_rates": [16, 4], "upsample_kernel_sizes": [32, 8],
+                        "gen_istft_hop_size": 10}}  # 1280 samples per frame
+    assert _run(["--no-weights", "--config", _config(tmp_path, cfg), "--seq-len",
+                 str(MAX_FRAMES), "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(PROG_ERR), err
+    assert f"--seq-len {MAX_FRAMES} makes {MAX_FRAMES * 1280} audio samples" in err[0], err
+
+
+def _unwritable_dir(tmp_path):
+    """A directory this process cannot create files in: /proc for root (os.access says
+    yes to root everywhere), else a read-only one."""
+    if os.geteuid() == 0:
+        return "/proc"
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    return str(d)
+
+
+@pytest.mark.parametrize("flag", ["--output-dir", "--output"])
+def test_unwritable_output_exit_2_before_the_build(flag, capsys, tmp_path):
+    """Issue 37: an existing, unwritable output directory was found when the library
+    was written, after the whole build (exit 1); now before anything is built."""
+    d = _unwritable_dir(tmp_path)
+    where = d if flag == "--output-dir" else os.path.join(d, "decoder.so")
+    t0 = time.perf_counter()
+    assert _run(["--no-weights", "--config", _config(tmp_path), "--seq-len", str(F),
+                 flag, where]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(PROG_ERR), err
+    assert "is not writable" in err[0] and d in err[0], err
+    assert time.perf_counter() - t0 < 60  # no model built, nothing compiled
+
+
+def test_help_shows_defaults():
+    text = subprocess.run([sys.executable, "-m", "kokoro_lstm.cli", "port-decoder", "--help"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+    flat = " ".join(text.split())
+    for default in ("(default: llvm)", "(default: 0)", "(default 0.0001)", "(default: .)",
+                    "(default 150)"):
+        assert default in flat, (default, text)
 
 
 def test_checkpoint_without_decoder_exit_2(tmp_path, capsys):
@@ -237,9 +307,16 @@ def single(tmp_path_factory):
 def test_single_build_validates(single):
     assert single["rc"] == 0, single["err"]
     assert "--tune ignored: there is no tuning step" in single["err"]
-    rep = json.loads((single["dir"] / "decoder_report.json").read_text())
+    rep = json.loads((single["dir"] / "decoder_report.json").read_text(),
+                     parse_constant=lambda c: pytest.fail(f"report is not strict JSON: {c}"))
     v = rep["validation"]
     assert v["passed"] and v["max_abs_err"] <= 1e-4 and v["nan_mismatch"] == 0, v
+    assert v["nan_both"] == 0, v
+    # one dtype spelling in every report (NumPy's, as the encoder's report writes it)
+    assert [i["dtype"] for i in rep["inputs"]] == ["float32"] * 4 + ["int64"], rep["inputs"]
+    assert rep["output"]["dtype"] == "float32"
+    # every file renamed into place, no temporary left
+    assert not [n for n in os.listdir(single["dir"]) if ".partial-" in n]
     assert v["max_abs_audio"] > 1e-3  # audio, not silence
     assert v["seeded_reproducible"] and v["fresh_noise_differs_from_seeded"], v
     assert rep["output"]["shape"] == [1, 1, 2 * F * 2 * 2 * 2]  # 2F x rates x hop
@@ -338,3 +415,19 @@ def test_kokoro_shape_validates(tmp_path):
     rep = json.loads((out / "decoder_report.json").read_text())
     assert rep["validation"]["passed"], rep["validation"]
     assert rep["output"]["shape"] == [1, 1, 24 * 600]
+
+
+# --------------------------------------------------------------------------------------
+# Ctrl-C
+# --------------------------------------------------------------------------------------
+def test_ctrl_c_during_the_build_exits_130(tmp_path):
+    """Issue 37: Ctrl-C during the build step (tvm.compile) was swallowed (TVM's
+    FoldConstant runs the Python-registered tir.build under catch (tvm::Error&)): the
+    port went on, wrote the library and exited 0. Now 130, one line, and nothing written."""
+    out = tmp_path / "out"
+    rc, err, files = interrupt_during(
+        ["port-decoder", "--seq-len", str(F), "--no-weights", "--config", _config(tmp_path),
+         "--output-dir", str(out)], f"[decoder F={F}] build ...", out)
+    assert rc == 130, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == "kokoro-lstm port-decoder: interrupted", err[-3000:]
+    assert files == [], files

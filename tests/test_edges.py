@@ -130,6 +130,56 @@ def test_thread_env_validation_names_the_variable(monkeypatch, var, value):
         assert small_lstm()(X)[0].shape == (5, 2, 8)
 
 
+@pytest.mark.parametrize("value", ["64MB", "-5", "abc", "1.5", str(2**40 + 1), "9" * 5000])
+def test_cache_env_validation_names_the_variable(monkeypatch, value):
+    """Issue 37: a KOKORO_LSTM_CACHE_MB the engine ignores (cache.c: a whole number of
+    MiB in 0..2**40, else the default) was ignored silently; it warns like a bad thread
+    variable, at every call and in cache_info()."""
+    monkeypatch.setenv("KOKORO_LSTM_CACHE_MB", value)
+    with pytest.warns(RuntimeWarning, match="KOKORO_LSTM_CACHE_MB") as w:
+        kokoro_lstm.cache_info()
+    msg = str(w[0].message)
+    assert len(msg) < 200 and "\n" not in msg and "ignored" in msg and "1024 MiB" in msg
+    with pytest.warns(RuntimeWarning, match="KOKORO_LSTM_CACHE_MB"):
+        assert small_lstm()(X)[0].shape == (5, 2, 8)
+
+
+@pytest.mark.parametrize("value", ["64", " 7", "+3", "0", "", "  "])
+def test_cache_env_that_parses_is_silent(monkeypatch, value):
+    import warnings
+
+    monkeypatch.setenv("KOKORO_LSTM_CACHE_MB", value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kokoro_lstm.cache_info()
+
+
+def test_cpu_device_ids_are_one_host_memory():
+    """Issue 37: x on cpu:1 (a TVM tensor on tvm.cpu(1)) was refused with "x is on cpu:1
+    but x is on cpu:0". Every CPU device id is the same memory: the call runs, with the
+    same bits as on cpu:0, whatever the ids of the other tensors."""
+    tvm = require("tvm")
+    from kokoro_lstm import _core
+
+    T, B, I, H = 5, 2, 3, 4
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((T, B, I), dtype=np.float32)
+    h0 = rng.standard_normal((1, B, H), dtype=np.float32)
+    ws = [rng.standard_normal(s, dtype=np.float32) for s in ((4 * H, I), (4 * H, H), (4 * H,),
+                                                             (4 * H,))]
+
+    def run(dev_x, dev_h0):
+        y = np.zeros((T, B, H), np.float32)
+        _core.forward(tvm.runtime.tensor(x, device=tvm.cpu(dev_x)), None,
+                      tvm.runtime.tensor(h0, device=tvm.cpu(dev_h0)), None, ws, y, None, None,
+                      num_layers=1, bidirectional=False, has_bias=True)
+        return y
+
+    want = run(0, 0)
+    for ids in ((1, 1), (1, 0), (0, 1)):
+        assert np.array_equal(run(*ids), want), ids
+
+
 def test_num_threads_env_sets_the_default(monkeypatch):
     monkeypatch.setenv("KOKORO_LSTM_NUM_THREADS", " 3 ")
     assert kokoro_lstm.get_num_threads() == 3 == kokoro_lstm.default_num_threads()
@@ -360,7 +410,8 @@ def test_missing_tvm_says_which_package(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tvm", None)  # `import tvm` raises ImportError
     rc, err = _cli(tmp_path, capsys)
     assert rc == 2 and len(err) == 1, err
-    assert "apache-tvm is not installed (pip install 'kokoro_lstm[tvm]'" in err[0], err
+    assert "apache-tvm is not installed (in a clone of kokoro_lstm: pip install '.[tvm]'" \
+        in err[0], err
     assert "invalid target" not in err[0]
 
 
@@ -369,7 +420,7 @@ def test_bert_without_transformers_names_the_extra(tmp_path, capsys, monkeypatch
     monkeypatch.setitem(sys.modules, "transformers", None)
     rc, err = _cli(tmp_path, capsys, component="bert")
     assert rc == 2, err
-    assert "needs transformers" in err[-1] and "kokoro_lstm[bert]" in err[-1], err
+    assert "needs transformers" in err[-1] and "pip install '.[bert]'" in err[-1], err
     assert "Traceback" not in "\n".join(err)
 
 
@@ -385,6 +436,8 @@ def test_extras_install_what_the_messages_name():
     assert any(d.startswith("onnxscript") for d in extras["onnx"])
     assert {"torch", "apache-tvm", "transformers"} <= {
         d.split(">")[0].split("=")[0] for d in extras["cli"]}
+    # issue 37: port-decoder's Kokoro classes (the version the CLI is tested with)
+    assert "kokoro==0.9.4" in extras["cli"]
 
 
 @pytest.mark.parametrize("flag_env", [("--num-threads", "2147483648"),

@@ -1112,3 +1112,43 @@ def test_version_and_cli(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"kokoro-lstm {__version__}"
+
+
+# --------------------------------------------------------------------------------------
+# the API's own errors (issue 37)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [None, 3, [("weight_ih_l0", np.zeros((16, 3)))]])
+def test_from_state_dict_refuses_non_mappings(bad):
+    """None raised AttributeError ('NoneType' object has no attribute 'items')."""
+    with pytest.raises(TypeError, match="state_dict must be a mapping"):
+        kl.LSTM.from_state_dict(bad)
+
+
+class _ForeignCudaArray:
+    """A DLPack producer of another library whose array says it is on CUDA device 0."""
+
+    shape, ndim = (5, 2, 3), 3
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("must not be asked for its data before the device is checked")
+
+    def __array_namespace__(self):
+        return np  # has from_dlpack
+
+
+def test_foreign_cuda_array_without_cuda_is_the_apis_error():
+    """On a CPU-only torch (and no CuPy with CUDA), a foreign CUDA array raised torch's
+    AssertionError ("Torch not compiled with CUDA enabled"); now RuntimeError, the
+    engine's error for a missing CUDA, saying what to install."""
+    torch = require("torch")
+    if torch.cuda.is_available():
+        pytest.skip("torch has CUDA here: the array would run")
+    m = kl.LSTM(3, 4)
+    with pytest.raises(RuntimeError, match="no CUDA"):
+        m(_ForeignCudaArray())
+    w = list(m.state_dict().values())
+    with pytest.raises(RuntimeError, match="no CUDA"):
+        kl.lstm_forward(_ForeignCudaArray(), *w)

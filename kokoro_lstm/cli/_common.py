@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -25,13 +28,114 @@ _NOISE = ("Warning: Fast mode segfaults when there are out-of-bounds indices",
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit 2), as for every other usage error."""
+    """argparse with one-line errors (exit 2), as for every other usage error, and
+    every flag's default in its help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" where a flag has a default and its help does not name
+    one already (store_true flags and None defaults get none)."""
 
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or any(action.default is v for v in (None, False, argparse.SUPPRESS))
+                or isinstance(action, (argparse._StoreTrueAction, argparse._VersionAction))):
+            return text
+        return super()._get_help_string(action)
+
+
+#: --seed is stored in an int64 tensor (the decoder's seed input) and seeds PyTorch
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def check_seed(seed):
+    """--seed in the int64 range; UsageError otherwise."""
+    if not SEED_MIN <= seed <= SEED_MAX:
+        raise UsageError(f"--seed must be in {SEED_MIN}..{SEED_MAX} (int64), got {seed}")
+    return seed
+
+
+def check_writable_dir(path, flag):
+    """UsageError unless ``path`` is (or can be created as) a directory this process can
+    write a file into; creates it. Checked before any build so that a bad output path
+    costs no compile: a file is created and removed there (``os.access`` says yes to
+    root on read-only mounts and in /proc)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot create the directory: "
+                         f"{e.strerror or e}") from None
+    if not os.path.isdir(path):
+        raise UsageError(f"{flag} {path} exists and is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".kokoro-lstm-probe-", dir=path)
+    except OSError as e:
+        raise UsageError(f"{flag} {path} is not writable: {e.strerror or e}") from None
+    os.close(fd)
+    os.remove(probe)
+    return path
+
+
+class Staging:
+    """Output files written under temporary names in their own directory and renamed
+    into place by :meth:`commit`; :meth:`discard` (or leaving the ``with`` block by an
+    exception, Ctrl-C included) removes whatever was written, so a failed or
+    interrupted step never leaves a half-written artifact under a final name."""
+
+    def __init__(self):
+        self._pending = []  # (temporary path, final path)
+
+    def path(self, final):
+        """A temporary path beside ``final`` with the same extension (TVM's
+        export_library picks the format from it)."""
+        d, base = os.path.split(os.path.abspath(final))
+        stem, ext = os.path.splitext(base)
+        tmp = os.path.join(d, f".{stem}.partial-{os.getpid()}-{len(self._pending)}{ext}")
+        self._pending.append((tmp, final))
+        return tmp
+
+    def commit(self):
+        for tmp, final in self._pending:
+            os.replace(tmp, final)
+        self._pending = []
+
+    def discard(self):
+        for tmp, _ in self._pending:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        self._pending = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.discard()
+        return False
+
+
+def _json_safe(obj):
+    """``obj`` with every non-finite float (NaN, +-inf) as None: JSON has no NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def write_report(path, report):
+    """The report as strict JSON (``null`` for NaN and infinities)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_json_safe(report), f, indent=2, default=str, allow_nan=False)
+        f.write("\n")
 
 _LIST_ATTRS = ("mattr", "keys", "libs", "cl-opt")
 
@@ -143,11 +247,51 @@ def add_common_arguments(p, *, checkpoint, tolerance, seed):
     p.add_argument("--config", metavar="PATH",
                    help="Kokoro config.json (default: Kokoro-82M's, built in)")
     p.add_argument("--num-threads", type=int, metavar="N",
-                   help="threads for TVM, the kokoro_lstm engine and PyTorch (at most 512)")
+                   help="threads for TVM, the kokoro_lstm engine and PyTorch, at most 512 "
+                        "(default: the usable cores)")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOL,
                    help=f"--validate's bound on {tolerance} (default {DEFAULT_TOL:g})")
-    p.add_argument("--seed", type=int, default=0, help=f"seed of {seed}")
+    p.add_argument("--seed", type=int, default=0, help=f"seed of {seed} (int64)")
     return p
+
+
+class _Interrupt:
+    """Ctrl-C seen by this process while a porting command runs. TVM swallows a
+    KeyboardInterrupt raised inside some of its callbacks (relax's FoldConstant runs
+    the Python-registered ``tir.build`` under ``catch (const tvm::Error&)`` and goes on
+    without the fold), so the SIGINT handler also sets this flag, and every step
+    checks it when it ends (:func:`check_interrupt`)."""
+
+    seen = False
+
+
+def _on_sigint(signum, frame):
+    _Interrupt.seen = True
+    raise KeyboardInterrupt
+
+
+def check_interrupt():
+    """KeyboardInterrupt if Ctrl-C arrived since the command started, even if the
+    exception it raised was swallowed on the way."""
+    if _Interrupt.seen:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigint_flag():
+    """Our SIGINT handler while the command runs (main thread only; Python's default
+    handler otherwise left alone)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    _Interrupt.seen = False
+    signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _Interrupt.seen = False
 
 
 def run_guarded(prog, verbose, body):
@@ -155,7 +299,15 @@ def run_guarded(prog, verbose, body):
     UsageError (bad flags, paths, files), 130 for Ctrl-C, 1 for a failed step (the
     end of its traceback first; all of it with ``verbose``)."""
     try:
-        return body(), 0
+        with _sigint_flag():
+            try:
+                result = body()
+            except Exception:
+                if _Interrupt.seen:  # a Ctrl-C that came back through TVM as another error
+                    raise KeyboardInterrupt from None
+                raise
+            check_interrupt()
+        return result, 0
     except UsageError as e:
         sys.stderr.write(f"{prog}: error: {e}\n")
         return None, 2
@@ -256,6 +408,7 @@ class _Progress:
         try:
             with _quiet(self.verbose):
                 yield
+            check_interrupt()
             ok = True
         finally:
             dt = time.perf_counter() - t0
@@ -321,7 +474,8 @@ def _compare(got, want):
 
     NaN-aware: a position where one side is NaN and the other is not is a mismatch,
     counted (and failing validation) rather than dropped by max(); NaN on both sides,
-    and equal infinities, agree. The errors are over the other positions, scaled by
+    and equal infinities, agree here (validation still fails on them:
+    :func:`_nan_both`). The errors are over the other positions, scaled by
     max(1, max|want|) over want's finite values. Different shapes: (inf, inf, 0)."""
     import numpy as np
 
@@ -339,6 +493,18 @@ def _compare(got, want):
     return e, e / max(1.0, float(finite.max()) if finite.size else 1.0), nan_mismatch
 
 
+
+
+def _nan_both(got, want):
+    """Positions where both sides are NaN: nothing was compared there, so validation
+    fails on any (an all-NaN PyTorch output and library output agree everywhere and
+    would otherwise pass with error 0)."""
+    import numpy as np
+
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return 0
+    return int(np.count_nonzero(np.isnan(got) & np.isnan(want)))
 
 
 def _runtime_needs(ex):
@@ -383,9 +549,9 @@ def _require_deps():
         try:
             importlib.import_module(mod)
         except ImportError as e:
-            raise UsageError(f"{dist} is not installed (pip install 'kokoro_lstm[{extra}]', "
-                             f"or 'kokoro_lstm[cli]' for everything the CLI uses): "
-                             f"{e}") from None
+            raise UsageError(f"{dist} is not installed (in a clone of kokoro_lstm: pip "
+                             f"install '.[{extra}]', or '.[cli]' for everything the CLI "
+                             f"uses): {e}") from None
         except Exception as e:  # noqa: BLE001 - e.g. a broken shared library
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UsageError(f"{dist} is installed but cannot be imported: {first}") from None

@@ -473,7 +473,8 @@ def build_component(name, cfg, km, ckpt=None, seed=0, f0n_input="en"):
                 from transformers import AlbertConfig
             except ImportError as e:
                 raise UsageError(f"component 'bert' needs transformers, which is not "
-                                 f"installed ({e}): pip install 'kokoro_lstm[bert]'") from None
+                                 f"installed ({e}): pip install transformers (the [bert] extra: "
+                                 f"pip install '.[bert]' in a clone of kokoro_lstm)") from None
             bert = km.CustomAlbert(AlbertConfig(vocab_size=cfg["n_token"], **cfg["plbert"]))
             enc = torch.nn.Linear(bert.config.hidden_size, cfg["hidden_dim"])
             if ckpt is not None:

@@ -43,6 +43,20 @@ INPUT_NAMES = ("asr", "F0", "N", "s", "seed")
 ASR_CHANNELS = 512
 #: STFT constants the checkpoint does not hold (CustomSTFT computes them)
 _COMPUTED_PREFIX = "generator.stft."
+#: Bounds on the istftnet values, checked before anything is allocated (Kokoro-82M's
+#: values in ISTFTNET sit well inside them). Weights grow with kernel sizes and list
+#: lengths, activations with the audio samples per F0 frame (prod(upsample_rates) x
+#: gen_istft_hop_size: 300 for Kokoro-82M); a config line must not ask for gigabytes.
+MAX_UPSAMPLES = 4
+MAX_UPSAMPLE_RATE = 16
+MAX_UPSAMPLE_KERNEL = 64
+MAX_RESBLOCKS = 4
+MAX_RESBLOCK_KERNEL = 31
+MAX_DILATION = 32
+MAX_N_FFT = 2048
+MAX_SAMPLES_PER_F0_FRAME = 1200
+#: audio samples per asr frame of Kokoro-82M (2 F0 frames x 300)
+KOKORO_SAMPLES_PER_FRAME = 600
 
 
 def decoder_classes():
@@ -59,9 +73,10 @@ def decoder_classes():
     return ist, cs
 
 
-def _int_list(v, n=None):
+def _int_list(v, n=None, hi=None):
     return (isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
-                                        and x >= 1 for x in v) and (n is None or len(v) == n))
+                                        and x >= 1 and (hi is None or x <= hi) for x in v)
+            and (n is None or len(v) == n))
 
 
 def check_decoder_config(cfg, where="config"):
@@ -84,25 +99,52 @@ def check_decoder_config(cfg, where="config"):
         bad("upsample_initial_channel", f"{ASR_CHANNELS} (the Decoder's last block writes "
             f"{ASR_CHANNELS} channels)")
     rates, kernels = ist["upsample_rates"], ist["upsample_kernel_sizes"]
-    if not _int_list(rates) or not 1 <= len(rates) <= 8:
-        bad("upsample_rates", "a list of 1 to 8 positive integers")
-    if not _int_list(kernels, len(rates)) or any((k - u) % 2 or k < u
-                                                 for k, u in zip(kernels, rates)):
-        bad("upsample_kernel_sizes", "one integer k >= u per rate u with k - u even (the "
-            "transposed convolutions then multiply the length by u exactly)")
-    if ch >> len(rates) < 1:
-        bad("upsample_rates", f"at most {int(math.log2(ch))} rates (channels halve per rate)")
+    if not _int_list(rates, hi=MAX_UPSAMPLE_RATE) or not 1 <= len(rates) <= MAX_UPSAMPLES:
+        bad("upsample_rates", f"a list of 1 to {MAX_UPSAMPLES} integers in "
+            f"1..{MAX_UPSAMPLE_RATE}")
+    if not _int_list(kernels, len(rates), MAX_UPSAMPLE_KERNEL) or any(
+            (k - u) % 2 or k < u for k, u in zip(kernels, rates)):
+        bad("upsample_kernel_sizes", f"one integer k in u..{MAX_UPSAMPLE_KERNEL} per rate u "
+            "with k - u even (the transposed convolutions then multiply the length by u "
+            "exactly)")
     ks, ds = ist["resblock_kernel_sizes"], ist["resblock_dilation_sizes"]
-    if not _int_list(ks) or not 1 <= len(ks) <= 8 or any(k % 2 == 0 for k in ks):
-        bad("resblock_kernel_sizes", "a list of 1 to 8 odd positive integers")
-    if not (isinstance(ds, list) and len(ds) == len(ks) and all(_int_list(d, 3) for d in ds)):
-        bad("resblock_dilation_sizes", "one list of three positive dilations per kernel size")
+    if (not _int_list(ks, hi=MAX_RESBLOCK_KERNEL) or not 1 <= len(ks) <= MAX_RESBLOCKS
+            or any(k % 2 == 0 for k in ks)):
+        bad("resblock_kernel_sizes", f"a list of 1 to {MAX_RESBLOCKS} odd integers in "
+            f"1..{MAX_RESBLOCK_KERNEL}")
+    if not (isinstance(ds, list) and len(ds) == len(ks)
+            and all(_int_list(d, 3, MAX_DILATION) for d in ds)):
+        bad("resblock_dilation_sizes", f"one list of three dilations in 1..{MAX_DILATION} "
+            "per kernel size")
     n_fft, hop = ist["gen_istft_n_fft"], ist["gen_istft_hop_size"]
-    if not (isinstance(n_fft, int) and n_fft >= 2 and n_fft % 2 == 0 and n_fft <= 4096):
-        bad("gen_istft_n_fft", "an even integer in 2..4096")
-    if not (isinstance(hop, int) and 1 <= hop <= n_fft):
+    if not (isinstance(n_fft, int) and not isinstance(n_fft, bool) and 2 <= n_fft <= MAX_N_FFT
+            and n_fft % 2 == 0):
+        bad("gen_istft_n_fft", f"an even integer in 2..{MAX_N_FFT}")
+    if not (isinstance(hop, int) and not isinstance(hop, bool) and 1 <= hop <= n_fft):
         bad("gen_istft_hop_size", f"an integer in 1..gen_istft_n_fft ({n_fft})")
+    per_frame = math.prod(rates) * hop
+    if per_frame > MAX_SAMPLES_PER_F0_FRAME:
+        raise UsageError(f"{where}: 'istftnet' makes {per_frame} audio samples per F0 frame "
+                         f"(prod(upsample_rates) x gen_istft_hop_size); at most "
+                         f"{MAX_SAMPLES_PER_F0_FRAME} (Kokoro-82M: 300)")
     return ist
+
+
+def samples_per_frame(ist):
+    """Audio samples per asr frame: 2 F0 frames, each prod(upsample_rates) x hop."""
+    return 2 * math.prod(ist["upsample_rates"]) * ist["gen_istft_hop_size"]
+
+
+def check_samples(ist, frame_counts, max_frames):
+    """UsageError unless every frame count makes at most as many audio samples as
+    Kokoro-82M's config makes at ``max_frames`` (the --seq-len bound is set for it)."""
+    per = samples_per_frame(ist)
+    limit = max_frames * KOKORO_SAMPLES_PER_FRAME
+    for f in frame_counts:
+        if f * per > limit:
+            raise UsageError(f"--seq-len {f} makes {f * per} audio samples with this "
+                             f"config's {per} per frame; at most {limit} (Kokoro-82M's "
+                             f"{KOKORO_SAMPLES_PER_FRAME} per frame x {max_frames} frames)")
 
 
 def build_decoder(cfg, ckpt=None, seed=0):

@@ -32,15 +32,21 @@ def add_arguments(p):
     p.add_argument("--components", nargs="+", default=list(COMPONENTS),
                    choices=("text_encoder", "duration", "f0n", "bert"),
                    help="components (default: text_encoder duration)")
-    p.add_argument("--lstm-semantics", default="packed", choices=("packed", "padded"))
-    p.add_argument("--target", default="llvm")
+    p.add_argument("--lstm-semantics", default="packed", choices=("packed", "padded"),
+                   help="packed: LSTMs honour the runtime lengths; padded: pack/pad replaced "
+                        "by identity (see port-encoder)")
+    p.add_argument("--target", default="llvm",
+                   help='TVM target: llvm or an llvm variant such as "llvm -mcpu=znver4"')
     p.add_argument("--dense-method", default="native", choices=("native", "tvm"),
                    help="matmul/conv1d lowering: native (engine's OpenBLAS externs, default) "
                         "or tvm (TVM's own loops)")
     p.add_argument("--output-dir", default=None,
                    help="where the libraries and reports go (default: a temporary directory)")
-    p.add_argument("--num-threads", type=int, metavar="N")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--num-threads", type=int, metavar="N",
+                   help="threads for TVM, the kokoro_lstm engine and PyTorch (default: the "
+                        "usable cores)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show TVM's and PyTorch's warnings")
     return p
 
 
@@ -73,19 +79,17 @@ def demo(*, seq_len=32, methods=DEFAULT_METHODS, components=COMPONENTS, output_d
 
 
 def run(args) -> int:
-    from ._components import UsageError
+    from ._common import run_guarded
 
     if args.seq_len < 1:
         sys.stderr.write("kokoro-lstm demo: error: --seq-len must be positive\n")
         return 2
-    try:
-        reports, _ = demo(seq_len=args.seq_len, methods=args.methods,
-                          components=args.components, output_dir=args.output_dir,
-                          semantics=args.lstm_semantics, target=args.target,
-                          num_threads=args.num_threads, verbose=args.verbose,
-                          dense_method=args.dense_method)
-    except UsageError as e:
-        sys.stderr.write(f"kokoro-lstm demo: error: {e}\n")
-        return 2
+    result, rc = run_guarded("kokoro-lstm demo", args.verbose, lambda: demo(
+        seq_len=args.seq_len, methods=args.methods, components=args.components,
+        output_dir=args.output_dir, semantics=args.lstm_semantics, target=args.target,
+        num_threads=args.num_threads, verbose=args.verbose, dense_method=args.dense_method))
+    if rc:
+        return rc
+    reports, _ = result
     failed = [r for r in reports if r["validation"] and not r["validation"]["passed"]]
     return 1 if failed else 0

@@ -28,21 +28,22 @@ The decoder is Kokoro's with ``disable_complex=True`` (the STFT as convolutions;
 :mod:`kokoro_lstm.cli._decoder`). ``--tune`` / ``--tune-trials`` / ``--tune-dir`` are
 accepted and do nothing: there is no tuning step.
 
-Exit status: 0 success, 1 validation above tolerance or with NaN on one side only (or
-a failed step), 2 bad flags, paths or files (one line on stderr).
+Exit status: 0 success, 1 validation above tolerance or with NaN on either side (or
+a failed step), 2 bad flags, paths or files (one line on stderr), 130 Ctrl-C (one
+line; no half-written file left behind).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
-from ._common import (DEFAULT_TOL, _Parser, _Progress, _check_target, _compare,
-                      _rename_main, _require_deps, _runtime_needs, _threads, _time_ms,
-                      _versions, add_common_arguments, check_num_threads, check_thread_env,
-                      port_main, run_reports)
+from ._common import (DEFAULT_TOL, Staging, _nan_both, _Parser, _Progress, _check_target,
+                      _compare, _rename_main, _require_deps, _runtime_needs, _threads,
+                      _time_ms, _versions, add_common_arguments, check_num_threads,
+                      check_seed, check_thread_env, check_writable_dir, port_main,
+                      run_reports, write_report)
 from ._components import UsageError
 
 __all__ = ["build_parser", "add_arguments", "main", "run", "port", "parse_seq_lens",
@@ -51,8 +52,13 @@ __all__ = ["build_parser", "add_arguments", "main", "run", "port", "parse_seq_le
 PROG = "kokoro-lstm port-decoder"
 DENSE_METHODS = ("native", "tvm")
 DEFAULT_FRAMES = 150
-#: Kokoro's context (512 tokens) times max_dur (50 frames a token)
-MAX_FRAMES = 25600
+#: the Decoder's instance norms need two frames (PyTorch refuses one)
+MIN_FRAMES = 2
+#: the most frames a 24 GB machine ports with Kokoro-82M's config: peak memory is about
+#: 2.6 GB + 0.78 MB per frame with --validate (0.44 without), ~15 GB at 16384 frames and
+#: ~23 GB at the 25600 of Kokoro's context (512 tokens x max_dur 50); real speech has
+#: about 4 frames per token.
+MAX_FRAMES = 16384
 EXT = ".so"
 
 
@@ -61,8 +67,8 @@ EXT = ".so"
 # ----------------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, default=DEFAULT_FRAMES,
-                   help=f"static frame count F of asr [1,512,F] (F0 and N have 2F) "
-                        f"(default {DEFAULT_FRAMES})")
+                   help=f"static frame count F of asr [1,512,F] (F0 and N have 2F), "
+                        f"{MIN_FRAMES}..{MAX_FRAMES} (default {DEFAULT_FRAMES})")
     p.add_argument("--seq-lens", metavar="F1,F2,...",
                    help="one library per bucket, decoder_compiled_seq{F}.so in --output-dir "
                         "(overrides --seq-len)")
@@ -78,8 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "untuned loops)")
     p.add_argument("--validate", action="store_true",
                    help="run the library against PyTorch's Decoder on random inputs with the "
-                        "same noise seed; exit 1 above --tolerance or where one side is NaN "
-                        "and the other not")
+                        "same noise seed; exit 1 above --tolerance or where either side "
+                        "is NaN")
     add_common_arguments(p, checkpoint="its 'decoder' entry is read",
                          tolerance="the audio's max|tvm - torch|",
                          seed="the random weights, inputs and --validate's noise")
@@ -103,7 +109,7 @@ def build_parser(prog=PROG) -> argparse.ArgumentParser:
 
 def parse_seq_lens(text, seq_len=DEFAULT_FRAMES):
     """The sorted distinct frame counts of ``--seq-lens`` ("128,256"), else
-    ``[seq_len]``; UsageError for anything but positive integers up to MAX_FRAMES."""
+    ``[seq_len]``; UsageError for anything but integers in MIN_FRAMES..MAX_FRAMES."""
     if text is None:
         lens = [seq_len]
     else:
@@ -117,10 +123,11 @@ def parse_seq_lens(text, seq_len=DEFAULT_FRAMES):
             except ValueError:
                 raise UsageError(f"--seq-lens: {t!r} is not an integer") from None
     for n in lens:
-        if not 1 <= n <= MAX_FRAMES:
+        if not MIN_FRAMES <= n <= MAX_FRAMES:
             flag = "--seq-lens" if text is not None else "--seq-len"
-            raise UsageError(f"{flag} must be in 1..{MAX_FRAMES} frames (Kokoro's 512 tokens x "
-                             f"max_dur 50), got {n}")
+            raise UsageError(f"{flag} must be in {MIN_FRAMES}..{MAX_FRAMES} frames (the "
+                             f"decoder's instance norms need {MIN_FRAMES}; at most what a "
+                             f"24 GB machine can port), got {n}")
     return sorted(set(lens))
 
 
@@ -156,20 +163,26 @@ def _check_args(args):
         parent = os.path.dirname(os.path.abspath(args.output))
         if os.path.exists(parent) and not os.path.isdir(parent):
             raise UsageError(f"--output {args.output}: {parent} is not a directory")
+    check_seed(args.seed)
     return lens
 
 
 # ----------------------------------------------------------------------------------
 # The pipeline
 # ----------------------------------------------------------------------------------
+def _dtype(t):
+    """A tensor's dtype as NumPy spells it ("float32"), as the encoder's report does."""
+    return str(t.dtype).removeprefix("torch.")
+
+
 def _write(path, text):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
 
 
-def _lower(ep, frames, opts, dump_dir):
+def _lower(ep, frames, opts, dump):
     """Relax module of the exported decoder: imported, renamed, dense ops rewritten,
-    decoder_forward added; the IR dumps written when asked."""
+    decoder_forward added; the IR dumps written when asked (``dump``: stage -> path)."""
     import tvm
 
     import kokoro_lstm.tvm as kt
@@ -181,24 +194,24 @@ def _lower(ep, frames, opts, dump_dir):
                                    run_ep_decomposition=False,
                                    custom_convert_map=D.convert_map())
     mod = _rename_main(mod, D.SEEDED_FUNCTION)
-    if dump_dir:
-        _write(os.path.join(dump_dir, f"decoder_before_opt_seq{frames}.py"), mod.script())
+    if dump:
+        _write(dump["before_opt"], mod.script())
     rewrites = {}
     if opts["dense_method"] == "native":
         mod, rewrites = kt.rewrite_dense(mod, num_threads=opts["num_threads"] or 0)
         mod = kt.prepare(mod)
     mod = kt.with_fresh_seed(mod, seeded=D.SEEDED_FUNCTION, name=D.FUNCTION)
-    if dump_dir:
+    if dump:
         from tvm import relax
         from tvm.relax.backend.cpu_generic import pipeline as cpu
 
         tgt = tvm.target.Target(opts["target"])
         with tgt:
             dec = relax.transform.DecomposeOpsForInference()(mod)
-            _write(os.path.join(dump_dir, f"decoder_decomposed_seq{frames}.py"), dec.script())
+            _write(dump["decomposed"], dec.script())
             leg = tvm.transform.Sequential(cpu.library_dispatch_passes(tgt)
                                            + cpu.legalize_passes(tgt))(mod)
-            _write(os.path.join(dump_dir, f"decoder_legalized_seq{frames}.py"), leg.script())
+            _write(dump["legalized"], leg.script())
     return mod, rewrites
 
 
@@ -216,7 +229,15 @@ def _build(mod, opts):
 
 def _port_one(model, frames, path, opts, progress):
     """Export, lower, build and write the library for ``frames``; validate and time
-    it. Returns the report."""
+    it. Returns the report. The files are written under temporary names and renamed
+    into place at the end, all of them or (failure, Ctrl-C) none."""
+    with Staging() as staging:
+        report = _port_one_staged(model, frames, path, opts, progress, staging)
+        staging.commit()
+    return report
+
+
+def _port_one_staged(model, frames, path, opts, progress, staging):
     import numpy as np
     import torch
     import tvm
@@ -239,14 +260,23 @@ def _port_one(model, frames, path, opts, progress):
     with progress.step(tag, "export", times, "export_s"), torch.no_grad():
         ep = torch.export.export(part, inputs + (seed_t,), strict=False)
     out_dir = os.path.dirname(os.path.abspath(path))
-    os.makedirs(out_dir, exist_ok=True)
+    report_name = (f"decoder_seq{frames}_report.json" if opts["bucketed"]
+                   else "decoder_report.json")
+    files = {"library": os.path.abspath(path),
+             "report": os.path.join(out_dir, report_name)}
+    if opts["dump_ir"]:
+        for stage in ("before_opt", "decomposed", "legalized"):
+            files[f"ir_{stage}"] = os.path.join(out_dir, f"decoder_{stage}_seq{frames}.py")
+    tmp = {k: staging.path(v) for k, v in files.items()}
+    dump = {stage: tmp[f"ir_{stage}"] for stage in ("before_opt", "decomposed", "legalized")
+            if f"ir_{stage}" in tmp}
     with progress.step(tag, f"lower (dense {opts['dense_method']})", times, "lower_s"):
-        mod, rewrites = _lower(ep, frames, opts, out_dir if opts["dump_ir"] else None)
+        mod, rewrites = _lower(ep, frames, opts, dump)
     del ep
     with progress.step(tag, "build", times, "build_s"):
         ex = _build(mod, opts)
     with progress.step(tag, "export library", times, "export_library_s"):
-        kt.export_library(ex, path)
+        kt.export_library(ex, tmp["library"])
     vm = relax.VirtualMachine(ex, tvm.cpu())
     tvm_in = [tvm.runtime.tensor(a.numpy()) for a in inputs]
     seeded, fresh = vm[D.SEEDED_FUNCTION], vm[D.FUNCTION]
@@ -257,20 +287,13 @@ def _port_one(model, frames, path, opts, progress):
         first_s = time.perf_counter() - t0
     with progress.step(tag, "time", times, "time_s"):
         runtime_ms = _time_ms(lambda: fresh(*tvm_in), warm_s=first_s)
-    report_name = (f"decoder_seq{frames}_report.json" if opts["bucketed"]
-                   else "decoder_report.json")
-    files = {"library": os.path.abspath(path),
-             "report": os.path.join(out_dir, report_name)}
-    if opts["dump_ir"]:
-        for stage in ("before_opt", "decomposed", "legalized"):
-            files[f"ir_{stage}"] = os.path.join(out_dir, f"decoder_{stage}_seq{frames}.py")
     ir = kt.ir_size(mod)
     report = {
         "component": "decoder",
         "functions": {D.FUNCTION: "fresh noise per call",
                       D.SEEDED_FUNCTION: "noise drawn from the seed input"},
         "frames": frames,
-        "inputs": [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)}
+        "inputs": [{"name": n, "shape": list(a.shape), "dtype": _dtype(a)}
                    for n, a in zip(D.INPUT_NAMES, inputs + (seed_t,))],
         "output": {"name": "audio", "shape": list(audio.shape), "dtype": str(audio.dtype)},
         "stft": "CustomSTFT (disable_complex=True)",
@@ -300,14 +323,16 @@ def _port_one(model, frames, path, opts, progress):
             again = seeded(*tvm_in, tvm_seed).numpy()
             other = fresh(*tvm_in).numpy()
         abs_e, _, nans = _compare(audio, want)
+        both = _nan_both(audio, want)
         tol = opts["tolerance"]
-        passed = bool(abs_e <= tol and np.isfinite(abs_e) and nans == 0)
+        passed = bool(abs_e <= tol and np.isfinite(abs_e) and nans == 0 and both == 0)
         report["validation"] = {
             "reference": "PyTorch eager kokoro.istftnet.Decoder (disable_complex=True) inside "
                          "kokoro_lstm.noise.counter_noise(decoder, seed)",
             "seed": opts["seed"], "tolerance": tol, "max_abs_err": abs_e,
-            "max_abs_audio": float(np.nanmax(np.abs(want))) if want.size else 0.0,
-            "nan_mismatch": nans, "passed": passed,
+            "max_abs_audio": (float(np.nanmax(np.abs(want)))
+                              if np.isfinite(want).any() else None),
+            "nan_mismatch": nans, "nan_both": both, "passed": passed,
             "seeded_reproducible": bool(np.array_equal(audio, again, equal_nan=True)),
             "fresh_noise_differs_from_seeded": bool(not np.array_equal(audio, other)),
         }
@@ -315,12 +340,13 @@ def _port_one(model, frames, path, opts, progress):
                            + (f", NaN on one side only at {nans} positions" if nans else ""))
         if nans:
             progress.note(tag, f"validation FAILED: NaN on one side only at {nans} positions")
+        elif both:
+            progress.note(tag, f"validation FAILED: NaN on both sides at {both} positions "
+                               "(nothing to compare there)")
         elif not passed:
             progress.note(tag, f"validation FAILED: max err {abs_e:.3g} > tolerance {tol:g}")
     report["times_s"] = times
-    with open(files["report"], "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, default=str)
-        f.write("\n")
+    write_report(tmp["report"], report)
     return report
 
 
@@ -361,7 +387,9 @@ def _port(seq_lens, *, output, output_dir, target, validate, checkpoint, no_weig
         raise UsageError("no frame count given")
     parse_seq_lens(",".join(map(str, seq_lens)))
     cfg = C.load_config(config)
-    D.check_decoder_config(cfg, f"config {config}" if config else "config")
+    ist = D.check_decoder_config(cfg, f"config {config}" if config else "config")
+    D.check_samples(ist, seq_lens, MAX_FRAMES)
+    check_seed(seed)
     D.decoder_classes()
     bucketed = len(seq_lens) > 1
     if output and bucketed:
@@ -377,10 +405,9 @@ def _port(seq_lens, *, output, output_dir, target, validate, checkpoint, no_weig
         ckpt = C.load_checkpoint(checkpoint)
         C._entry(ckpt, D.CHECKPOINT_KEY)
         weights = os.path.abspath(checkpoint)
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror or e}") from None
+    check_writable_dir(output_dir, "--output-dir")  # created even with --output, as kokoro-tvm
+    if output and not bucketed:
+        check_writable_dir(os.path.dirname(os.path.abspath(output)), f"--output {output}:")
     if tune:
         progress.note("tune", "--tune ignored: there is no tuning step (the dense ops run on "
                               "the engine's kernels, the rest is scheduled without tuning)")

@@ -27,22 +27,23 @@ at token rate (both exact algebra); ``--no-algebra-cuts`` exports Kokoro's graph
 is. The report's ``algebra_cuts`` (and the table's ``cuts`` column) say which
 cuts were applied, and why the others were not.
 
-Exit status: 0 success, 1 validation above tolerance or with NaN on one side only (or
-a failed step), 2 bad flags, paths or files (one line on stderr).
+Exit status: 0 success, 1 validation above tolerance or with NaN on either side (or
+a failed step), 2 bad flags, paths or files (one line on stderr), 130 Ctrl-C (one
+line; no half-written file left behind).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
 
-from ._common import (DEFAULT_TOL, _Parser, _Progress, _as_list, _check_target, _compare,
-                      _rename_main, _require_deps, _runtime_needs, _threads, _time_ms,
-                      _to_tvm, _versions, add_common_arguments, check_num_threads,
-                      check_thread_env, parse_target, port_main, run_reports)
+from ._common import (DEFAULT_TOL, Staging, _as_list, _check_target, _compare, _nan_both,
+                      _Parser, _Progress, _rename_main, _require_deps, _runtime_needs,
+                      _threads, _time_ms, _to_tvm, _versions, add_common_arguments,
+                      check_num_threads, check_seed, check_thread_env, check_writable_dir,
+                      parse_target, port_main, run_reports, write_report)
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
 
 __all__ = ["build_parser", "main", "run", "port", "format_table", "parse_target"]
@@ -97,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "native LSTM method and packed semantics only)")
     p.add_argument("--validate", action="store_true",
                    help="run the compiled module against PyTorch eager on random inputs; "
-                        "exit 1 above --tolerance or where one side is NaN and the other not")
+                        "exit 1 above --tolerance or where either side is NaN")
     p.add_argument("--output-dir", default="tvm_output", help="output directory")
     add_common_arguments(p, checkpoint="dict of per-component state dicts",
                          tolerance="max|tvm - torch| / max(1, max|torch|)",
@@ -131,6 +132,7 @@ def _check_args(args):
         raise UsageError(f"config file not found: {args.config}")
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
         raise UsageError(f"--output-dir {args.output_dir} exists and is not a directory")
+    check_seed(args.seed)
 
 
 # ----------------------------------------------------------------------------------
@@ -246,7 +248,16 @@ class _Component:
 
 
 def _port_method(comp, method, out_dir, opts, progress):
-    """Lower, build, export, validate and time one component with one method."""
+    """Lower, build, export, validate and time one component with one method. The
+    files are written under temporary names and renamed into place at the end, all of
+    them or (failure, Ctrl-C) none."""
+    with Staging() as staging:
+        report = _port_method_staged(comp, method, out_dir, opts, progress, staging)
+        staging.commit()
+    return report
+
+
+def _port_method_staged(comp, method, out_dir, opts, progress, staging):
     import numpy as np
     import tvm
     from tvm import relax
@@ -284,7 +295,8 @@ def _port_method(comp, method, out_dir, opts, progress):
     files = {"ir": os.path.join(out_dir, f"{name}_ir.py"),
              "library": os.path.join(out_dir, f"{name}_compiled.so"),
              "report": os.path.join(out_dir, f"{name}_report.json")}
-    with open(files["ir"], "w", encoding="utf-8") as f:
+    tmp = {k: staging.path(v) for k, v in files.items()}
+    with open(tmp["ir"], "w", encoding="utf-8") as f:
         f.write(script)
     with progress.step(tag, "build", times, "build_s"):
         tgt = tvm.target.Target(target)
@@ -293,7 +305,7 @@ def _port_method(comp, method, out_dir, opts, progress):
                 tgt, parallel=opts["num_threads"] != 1))
         else:
             ex = tvm.compile(mod, target=tgt)
-        kt.export_library(ex, files["library"])
+        kt.export_library(ex, tmp["library"])
     vm = relax.VirtualMachine(ex, tvm.cpu())
     fn = vm[comp.function]
     # outputs: every input set when validating, else the full-length one (for shapes)
@@ -350,19 +362,23 @@ def _port_method(comp, method, out_dir, opts, progress):
         tol = opts["tolerance"]
         per_output = {}
         worst = 0.0
-        nan_total = 0
+        nan_total = both_total = 0
         for k, oname in enumerate(comp.output_names):
             abs_e = rel_e = 0.0
-            nans = 0
+            nans = both = 0
             for got, want in zip(outputs, ref):
                 a, r, n = _compare(got[k], want[k])
                 abs_e, rel_e, nans = max(abs_e, a), max(rel_e, r), nans + n
-            per_output[oname] = {"max_abs_err": abs_e, "scaled_err": rel_e, "nan_mismatch": nans}
+                both += _nan_both(got[k], want[k])
+            per_output[oname] = {"max_abs_err": abs_e, "scaled_err": rel_e, "nan_mismatch": nans,
+                                 "nan_both": both}
             worst = max(worst, rel_e)
             nan_total += nans
+            both_total += both
             progress.note(tag, f"validate {oname} {list(outputs[0][k].shape)}: max abs err "
                                f"{abs_e:.3g}" + ("" if rel_e == abs_e else f" (scaled {rel_e:.3g})")
-                               + (f", NaN on one side only at {nans} positions" if nans else ""))
+                               + (f", NaN on one side only at {nans} positions" if nans else "")
+                               + (f", NaN on both sides at {both} positions" if both else ""))
         pad_err = None
         if unpadded is not None:
             L = comp.lengths[1]
@@ -374,11 +390,13 @@ def _port_method(comp, method, out_dir, opts, progress):
                     a, _, n = _compare(g, w)
                     errs.append(float("inf") if n else a)
             pad_err = max(errs) if errs else None
-        passed = bool(worst <= tol and np.isfinite(worst) and nan_total == 0)
+        passed = bool(worst <= tol and np.isfinite(worst) and nan_total == 0
+                      and both_total == 0)
         report["validation"] = {
             "reference": "PyTorch eager, unpatched nn.LSTM, same semantics",
             "lengths": comp.lengths, "tolerance": tol, "outputs": per_output,
-            "max_err": worst, "nan_mismatch": nan_total, "passed": passed,
+            "max_err": worst, "nan_mismatch": nan_total, "nan_both": both_total,
+            "passed": passed,
             "padding_error": pad_err,
             "padding_error_note": (
                 f"max|compiled(T={comp.T}, length={comp.lengths[1]}) - eager(unpadded, "
@@ -389,12 +407,13 @@ def _port_method(comp, method, out_dir, opts, progress):
         if nan_total:
             progress.note(tag, f"validation FAILED: NaN on one side only at {nan_total} "
                                "positions")
+        elif both_total:
+            progress.note(tag, f"validation FAILED: NaN on both sides at {both_total} "
+                               "positions (nothing to compare there)")
         elif not passed:
             progress.note(tag, f"validation FAILED: max err {worst:.3g} > tolerance {tol:g}")
     report["times_s"] = dict(comp.times, **times)
-    with open(files["report"], "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, default=str)
-        f.write("\n")
+    write_report(tmp["report"], report)
     return report
 
 
@@ -501,10 +520,8 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
             for key in CHECKPOINT_KEYS[name]:
                 C._entry(ckpt, key)
         weights = os.path.abspath(checkpoint)
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create --output-dir {output_dir}: {e.strerror or e}") from None
+    check_seed(seed)
+    check_writable_dir(output_dir, "--output-dir")
     km, modules = C.kokoro_modules()
     multi = len(methods) > 1 if method_subdirs is None else method_subdirs
     opts = {"cfg": cfg, "seq_len": seq_len, "aligned_len": aligned_len, "target": target,

@@ -73,7 +73,9 @@ static kl_status check_tensor_on(const DLTensor* t, const char* name, DLDataType
   int64_t numel = 1;
   for (int i = 0; i < t->ndim; i++) numel *= t->shape[i] > 0 ? t->shape[i] : 0;
   if (!t->data && numel > 0) return fail("%s has no data (NULL)", name);
-  if (t->device.device_type != dev.device_type || t->device.device_id != dev.device_id)
+  /* a CPU tensor of any device id is host memory (TVM's cpu(1) is cpu(0)'s) */
+  if (t->device.device_type != dev.device_type ||
+      (dev.device_type != kDLCPU && t->device.device_id != dev.device_id))
     return fail("%s is on %s:%d but x is on %s:%d: every tensor of a call must be on one device "
                 "(lengths: the CPU or x's GPU)", name, device_name(t->device), (int)t->device.device_id,
                 device_name(g_dev), (int)g_dev.device_id);

@@ -43,16 +43,29 @@
 
 static int g_passed = 0, g_failed = 0;
 
+/* KL_TEST_QUIET=1 (`make test`): FAIL lines only, then the summary; KL_TEST_VERBOSE=1
+ * prints every PASS line again. */
+static int quiet(void) {
+  static int q = -1;
+  if (q < 0) {
+    const char* qe = getenv("KL_TEST_QUIET");
+    const char* ve = getenv("KL_TEST_VERBOSE");
+    q = qe && *qe && strcmp(qe, "0") != 0 && !(ve && *ve && strcmp(ve, "0") != 0);
+  }
+  return q;
+}
+
 static void check(int ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 static void check(int ok, const char* fmt, ...) {
+  if (ok) g_passed++;
+  else g_failed++;
+  if (ok && quiet()) return;
   va_list ap;
   va_start(ap, fmt);
   printf("%s ", ok ? "PASS" : "FAIL");
   vprintf(fmt, ap);
   printf("\n");
   va_end(ap);
-  if (ok) g_passed++;
-  else g_failed++;
   fflush(stdout);
 }
 
