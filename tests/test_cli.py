@@ -297,8 +297,8 @@ def test_style_fold_is_exact_in_eager(km, own_modules):
         inputs = _inputs("duration", L, seed=L)
         with torch.no_grad():
             want, got = model(*inputs), cut(*inputs)
-        for a, b in zip(want, got):
-            assert a.shape == b.shape and (a - b).abs().max() <= 1e-5
+        for a, b in zip(want, got):  # float32 rounding, relative to d's values (up to ~6)
+            assert a.shape == b.shape and (a - b).abs().max() <= 1e-5 * max(1.0, b.abs().max())
     # padded semantics: the padded steps' style columns are masked to 0, not folded
     same, info = _cuts.apply_cuts("duration", model, "padded")
     assert same is model and info["style_fold"].startswith("not applied: padded")
