@@ -30,7 +30,7 @@ forward, reverse); lengths are cast to int32 ``sequence_lens``; h0/c0 are
 [T, B, D*H]. A multi-layer ``nn.LSTM`` becomes one node per layer. Weights stay
 initializers (the row permutation is folded into them by the exporter's optimizer).
 
-Imports torch and onnxscript (``pip install kokoro_lstm[onnx]``); ``import
+Imports torch and onnxscript (``pip install '.[onnx]'`` in a clone); ``import
 kokoro_lstm`` does not import this module.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _deps():
     except ImportError as e:
         raise ImportError(
             f"kokoro_lstm.onnx needs torch and onnxscript ({e}); "
-            "pip install kokoro_lstm[onnx]") from None
+            "pip install '.[onnx]' in a clone of kokoro_lstm") from None
     import kokoro_lstm.torch_ops as ko
 
     return ko

@@ -569,6 +569,9 @@ BAD = [
 
 
 BAD += [
+    # issue 37: one frame died in f0n's instance norm after the export had begun
+    (["port-encoder", "--component", "f0n", "--no-weights", "--aligned-len", "1"],
+     "--aligned-len must be at least 2 for f0n"),
     # issue 37: beyond int64 was a traceback
     (["port-encoder", "--component", "duration", "--no-weights", "--seed", str(2**63)],
      "--seed must be in"),

@@ -120,6 +120,9 @@ def _check_args(args):
         raise UsageError(f"--bert-seq-len must be positive, got {args.bert_seq_len}")
     if args.aligned_len < 1:
         raise UsageError(f"--aligned-len must be positive, got {args.aligned_len}")
+    if args.aligned_len < 2 and args.component in ("f0n", "all"):
+        raise UsageError("--aligned-len must be at least 2 for f0n (its instance norms need "
+                         f"2 frames, in PyTorch too), got {args.aligned_len}")
     check_num_threads(args.num_threads)
     check_thread_env()
     if not args.tolerance > 0:
