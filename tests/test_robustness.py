@@ -281,9 +281,11 @@ def test_cache_bytes_are_bounded():
         keep = weights()
         want = kl.lstm_forward(x, *keep)[0]
         one = kl.cache_info()["bytes"]
-        for _ in range(12):  # weights packed once, then freed
-            kl.lstm_forward(x, *weights())
-            gc.collect()
+        held = [weights() for _ in range(12)]  # 12 more keys (no address reused), packed once
+        for w in held:
+            kl.lstm_forward(x, *w)
+        del held, w  # then freed: their entries stay, within the cap
+        gc.collect()
         info = kl.cache_info()
         print(one, info["bytes"], info["entries"])
         assert np.array_equal(kl.lstm_forward(x, *keep)[0], want)
