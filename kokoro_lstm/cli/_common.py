@@ -91,6 +91,7 @@ class Staging:
 
     def __init__(self):
         self._pending = []  # (temporary path, final path)
+        self._blas = set()  # folders that get the engine's BLAS file on commit
 
     def path(self, final):
         """A temporary path beside ``final`` with the same extension (TVM's
@@ -101,16 +102,29 @@ class Staging:
         self._pending.append((tmp, final))
         return tmp
 
+    def export_library(self, ex, final_tmp):
+        """``kokoro_lstm.tvm.export_library`` to a :meth:`path`; the BLAS file its folder
+        needs is written by :meth:`commit`, with the rest (so Ctrl-C leaves none)."""
+        import kokoro_lstm.tvm as kt
+
+        kt.export_library(ex, final_tmp, copy_blas=False)
+        if kt.uses_engine(ex):
+            self._blas.add(os.path.dirname(os.path.abspath(final_tmp)))
+
     def commit(self):
+        from kokoro_lstm.tvm import copy_blas
+
         for tmp, final in self._pending:
             os.replace(tmp, final)
-        self._pending = []
+        for folder in sorted(self._blas):
+            copy_blas(folder)
+        self._pending, self._blas = [], set()
 
     def discard(self):
         for tmp, _ in self._pending:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
-        self._pending = []
+        self._pending, self._blas = [], set()
 
     def __enter__(self):
         return self

@@ -276,7 +276,7 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
     with progress.step(tag, "build", times, "build_s"):
         ex = _build(mod, opts)
     with progress.step(tag, "export library", times, "export_library_s"):
-        kt.export_library(ex, tmp["library"])
+        staging.export_library(ex, tmp["library"])
     vm = relax.VirtualMachine(ex, tvm.cpu())
     tvm_in = [tvm.runtime.tensor(a.numpy()) for a in inputs]
     seeded, fresh = vm[D.SEEDED_FUNCTION], vm[D.FUNCTION]

@@ -308,7 +308,7 @@ def _port_method_staged(comp, method, out_dir, opts, progress, staging):
                 tgt, parallel=opts["num_threads"] != 1))
         else:
             ex = tvm.compile(mod, target=tgt)
-        kt.export_library(ex, tmp["library"])
+        staging.export_library(ex, tmp["library"])
     vm = relax.VirtualMachine(ex, tvm.cpu())
     fn = vm[comp.function]
     # outputs: every input set when validating, else the full-length one (for shapes)
