@@ -14,6 +14,7 @@ eager median / variant median. The durations are checked equal across variants f
     python benchmarks/bench_compile.py --device cuda --tokens 64 --out results/compile_h100_t64.json
 """
 import argparse
+from contextlib import nullcontext
 import json
 import os
 import platform
@@ -52,17 +53,9 @@ def make(name, dev, frames_per_token):
         fn = torch.compile(fn, mode="reduce-overhead" if name.endswith("-ro") else None)
 
     def call(ids, ref_s):
-        with torch.inference_mode(), (ko.exportable_packing() if patched else _null()):
+        with torch.inference_mode(), (ko.exportable_packing() if patched else nullcontext()):
             return fn(ids, ref_s, 1)
     return call
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def main():
