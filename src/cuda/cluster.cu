@@ -1,4 +1,4 @@
-// ---- cluster path: the whole recurrence in one launch (sm_90+) ------------------
+// The cluster path: the whole recurrence in one launch (sm_90+), on ptx.cuh.
 #if defined(KL_C) && __CUDA_ARCH__ >= 900
 
 #define KL_HU (KL_H / KL_C)        // units per CTA

@@ -1,4 +1,4 @@
-// ---- input projection: C[m, dir*N + n] = sum_k A[m, k] W_dir[n, k] ----------------
+// The input projection, one launch per layer: C[m, dir*N + n] = sum_k A[m, k] W_dir[n, k].
 // A: rows of stride lda; W_dir: rows of stride ldw[dir]; C: [M, D*N] contiguous.
 // 64x64 tiles, 256 threads of 4x4 outputs, each a single k-ordered FMA chain.
 

@@ -1,4 +1,4 @@
-// ---- step path: one launch per step, any architecture -------------------------------
+// The step path: the recurrence in one launch per step, any architecture.
 // kl_lstm_step: CTA = (16 units x 4 gates) x 16 batch rows of one direction; the
 // recurrent product as a small tiled GEMM (W_hh and h from L2), then the cell.
 // With proj_size the cell writes m = o*tanh(c) and kl_lstm_proj finishes h = W_hr m.
