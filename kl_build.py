@@ -287,6 +287,17 @@ def program_sources(program):
     return found
 
 
+def _link(command, target, objs, verbose):
+    """Runs the link command unless target is up to date with objs and was made by
+    it; prints the command (verbose) and records it. Returns target."""
+    if not up_to_date(target, objs, command):
+        if verbose:
+            print(" ".join(shlex.quote(a) for a in command), flush=True)
+        subprocess.run(command, cwd=ROOT, check=True)
+        record(target, command)
+    return target
+
+
 def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=True, jobs=None,
                   verbose=True):
     """Builds program (a PROGRAMS key) into out_dir, compiling only what changed;
@@ -306,12 +317,7 @@ def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=Tru
     command = (cc + COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + list(extra_cflags)
                + ["-o", _short(exe)] + [_short(o) for o in objs] + blas_link_flags(blas)
                + PROGRAM_LINK_FLAGS)
-    if not up_to_date(exe, objs, command):
-        if verbose:
-            print(" ".join(shlex.quote(a) for a in command), flush=True)
-        subprocess.run(command, cwd=ROOT, check=True)
-        record(exe, command)
-    return exe
+    return _link(command, exe, objs, verbose)
 
 
 def build_extension(cc, variant, blas, out_dir, extra_cflags=(), jobs=None, verbose=True):
@@ -345,12 +351,7 @@ def build_extension(cc, variant, blas, out_dir, extra_cflags=(), jobs=None, verb
     so = os.path.join(pkg, "_core" + sysconfig.get_config_var("EXT_SUFFIX"))
     command = (cc + flags + ["-shared", "-o", _short(so)] + [_short(o) for o in objs]
                + blas_link_flags(blas) + EXT_LINK_FLAGS + ["-lm"])
-    if not up_to_date(so, objs, command):
-        if verbose:
-            print(" ".join(shlex.quote(a) for a in command), flush=True)
-        subprocess.run(command, cwd=ROOT, check=True)
-        record(so, command)
-    return so
+    return _link(command, so, objs, verbose)
 
 
 def _compile_all(cc, cflags, sources, out_dir, arch, jobs, verbose):
