@@ -10,6 +10,7 @@
 #include "kokoro_lstm.h"
 #include "engine.h" /* the handle API (kl_lstm_create / run) */
 
+/* One case: sizes, lengths, given state and bias, and the memory layout of x and y. */
 enum { LAYOUT_SEQ = 0, LAYOUT_BATCH = 1, LAYOUT_SEQ_PADDED = 2 };
 typedef struct tcase {
   const char* name;
@@ -20,6 +21,7 @@ typedef struct tcase {
   int bias;    /* b_ih/b_hh given */
   int layout;
 } tcase;
+
 #define MAXW 16 /* num_layers * D */
 
 /* One model's parameters in double (already rounded to float for float32
@@ -46,6 +48,7 @@ double sigm(double x);
 void ref_lstm(const model* m, int64_t T, int64_t B, const double* x, const int64_t* len,
               const double* h0, const double* c0, double* y, double* hn, double* cn);
 
+/* The engine's arrays: float for float32, bfloat16 and float16 runs, double for float64. */
 size_t io_size(kl_dtype dt);
 void* to_io(const double* a, size_t n, kl_dtype dt);
 double io_get(const void* p, size_t i, kl_dtype dt);
@@ -54,7 +57,10 @@ double tolerance(kl_dtype dt);
 
 /* ---- the engine under test (lstm_run.c) ---------------------------------- */
 
+/* The packed object of m's weights in dtype dt (the caller's arrays scribbled and
+ * freed right after kl_lstm_create). */
 kl_status create_engine(const model* m, kl_dtype dt, kl_lstm** out);
+
 /* The model's weights as DLTensors for kl_lstm_forward, with padded row strides
  * (and every-other-element biases), so the entry's strided reads are tested. */
 typedef struct dl_model {
@@ -64,7 +70,6 @@ typedef struct dl_model {
   int64_t shape[MAXW * 5][2], strides[MAXW * 5][2];
   const DLTensor* ptrs[MAXW * 5];
 } dl_model;
-
 
 /* kl_lstm_forward's constant_weights for run_forward (1: a trusted entry, which
  * holds float32 W_ih in panels too). */
