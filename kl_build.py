@@ -8,8 +8,8 @@ is used, so any python3 can run it.
 
 What it describes:
   sources        ENGINE_SOURCES (core, kernels, dense ops, tvm-ffi glue), the binding
-                 (src/python/module.c), the programs (src/tests/test_core.c,
-                 benchmarks/c/bench_kernels.c) and src/tests/refblas for BLAS `ref`
+                 (src/python/module.c), the programs (the C test tests/c/*.c,
+                 benchmarks/c/bench_kernels.c) and tests/c/refblas for BLAS `ref`
   flags          COMMON_FLAGS for every file, VARIANT_FLAGS (o2, asan, portable),
                  ISA_FLAGS by file suffix; a file of the other architecture's kernels
                  is not built at all. Nothing is built with -march=native.
@@ -17,7 +17,7 @@ What it describes:
                  developer and CI build has it); a pip install from the sdist meets
                  compilers we never ran, where a new warning must not fail the install
   BLAS           find_blas(): KOKORO_LSTM_BLAS = auto | system | scipy-openblas32, and
-                 `ref` (src/tests/refblas) for the C programs only
+                 `ref` (tests/c/refblas) for the C programs only
   incremental    an object is rebuilt when its source or a header it includes is newer
                  (the compiler's -MMD dependency file), or when its command changed
                  (a `.cmd` file beside it keeps the last one: flags, BLAS, compiler)
@@ -57,9 +57,11 @@ BINDING_SOURCES = ["src/python/module.c"]
 # registers the tvm-ffi functions when an exported TVM library is loaded: in
 # lib/kokoro_lstm_tvm.o only
 AUTOREG_SOURCE = "src/tvm/kl_tvm_autoreg.c"
-PROGRAMS = {"ctest": ("test_core", ["src/tests/test_core.c"]),
-            "bench-kernels": ("bench_kernels", ["benchmarks/c/bench_kernels.c"])}
-REFBLAS = {"sources": ["src/tests/refblas/refblas.c"], "include_dirs": ["src/tests/refblas"]}
+# the C test: one program, one file per concern (tests/c/tests.h)
+CTEST_SOURCES = "tests/c/*.c"
+PROGRAMS = {"ctest": ("test_core", CTEST_SOURCES),
+            "bench-kernels": ("bench_kernels", "benchmarks/c/bench_kernels.c")}
+REFBLAS = {"sources": ["tests/c/refblas/refblas.c"], "include_dirs": ["tests/c/refblas"]}
 
 # ---- flags -------------------------------------------------------------------------------
 COMMON_FLAGS = ["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-fno-math-errno",
@@ -182,7 +184,7 @@ def _scipy_openblas(program):
 def find_blas(choice=None, program=False):
     """The BLAS to build with, as a dict (include_dirs, library_dirs, libraries,
     runtime_library_dirs, define_macros, link_args, sources, blas). choice defaults to
-    KOKORO_LSTM_BLAS; `ref` (the naive src/tests/refblas) is for the C programs only."""
+    KOKORO_LSTM_BLAS; `ref` (the naive tests/c/refblas) is for the C programs only."""
     choice = choice or os.environ.get("KOKORO_LSTM_BLAS") or "auto"
     allowed = ("auto", "system", "scipy-openblas32") + (("ref",) if program else ())
     if choice not in allowed:
@@ -278,14 +280,34 @@ def target_arch(cc):
     return arch_of(machine)
 
 
+def program_sources(program):
+    """The own sources of program (a PROGRAMS key), from its glob pattern, sorted."""
+    pattern = PROGRAMS[program][1]
+    found = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
+    if not found:
+        raise SystemExit(f"kl_build: no sources match {pattern}")
+    return found
+
+
+def _link(command, target, objs, verbose):
+    """Runs the link command unless target is up to date with objs and was made by
+    it; prints the command (verbose) and records it. Returns target."""
+    if not up_to_date(target, objs, command):
+        if verbose:
+            print(" ".join(shlex.quote(a) for a in command), flush=True)
+        subprocess.run(command, cwd=ROOT, check=True)
+        record(target, command)
+    return target
+
+
 def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=True, jobs=None,
                   verbose=True):
     """Builds program (a PROGRAMS key) into out_dir, compiling only what changed;
     link=False compiles every file and stops (a compile check). Returns its path."""
     arch = target_arch(cc)
     generate()
-    name, own = PROGRAMS[program]
-    sources = engine_sources(arch) + own + blas["sources"]
+    name = PROGRAMS[program][0]
+    sources = engine_sources(arch) + program_sources(program) + blas["sources"]
     out_dir = os.path.join(ROOT, out_dir)  # (an absolute out_dir stays as it is)
     cflags = (COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + list(extra_cflags)
               + [f"-I{d}" for d in INCLUDE_DIRS + blas["include_dirs"]]
@@ -297,12 +319,7 @@ def build_program(program, cc, variant, blas, out_dir, extra_cflags=(), link=Tru
     command = (cc + COMMON_FLAGS + werror() + VARIANT_FLAGS[variant] + list(extra_cflags)
                + ["-o", _short(exe)] + [_short(o) for o in objs] + blas_link_flags(blas)
                + PROGRAM_LINK_FLAGS)
-    if not up_to_date(exe, objs, command):
-        if verbose:
-            print(" ".join(shlex.quote(a) for a in command), flush=True)
-        subprocess.run(command, cwd=ROOT, check=True)
-        record(exe, command)
-    return exe
+    return _link(command, exe, objs, verbose)
 
 
 def build_extension(cc, variant, blas, out_dir, extra_cflags=(), jobs=None, verbose=True):
@@ -336,12 +353,7 @@ def build_extension(cc, variant, blas, out_dir, extra_cflags=(), jobs=None, verb
     so = os.path.join(pkg, "_core" + sysconfig.get_config_var("EXT_SUFFIX"))
     command = (cc + flags + ["-shared", "-o", _short(so)] + [_short(o) for o in objs]
                + blas_link_flags(blas) + EXT_LINK_FLAGS + ["-lm"])
-    if not up_to_date(so, objs, command):
-        if verbose:
-            print(" ".join(shlex.quote(a) for a in command), flush=True)
-        subprocess.run(command, cwd=ROOT, check=True)
-        record(so, command)
-    return so
+    return _link(command, so, objs, verbose)
 
 
 def _compile_all(cc, cflags, sources, out_dir, arch, jobs, verbose):
@@ -371,7 +383,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="kl_build.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
-    for what, help_text in (("ctest", "the C core test (src/tests/test_core.c)"),
+    for what, help_text in (("ctest", "the C core test (tests/c)"),
                             ("bench-kernels", "the kernel micro-benchmark"),
                             ("check", "compile every file of the C test, no link"),
                             ("ext", "the kokoro_lstm package with its extension built as "
@@ -397,7 +409,7 @@ def main(argv=None):
     if args.what == "sources":
         for label, files in (("engine", engine_sources(args.arch)), ("binding", BINDING_SOURCES),
                              ("autoreg", [AUTOREG_SOURCE]),
-                             *((k, v[1]) for k, v in PROGRAMS.items()),
+                             *((k, program_sources(k)) for k in PROGRAMS),
                              ("refblas", REFBLAS["sources"])):
             for f in files:
                 print(label, f)
