@@ -58,6 +58,7 @@ int main(void) {
   test_dense_threads_for_work();
   test_random();
   test_instance_norm();
+  test_cuda_plan();
 
   const char* forced = getenv("KOKORO_LSTM_ISA");
   if (forced && *forced)

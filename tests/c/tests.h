@@ -29,6 +29,8 @@ void test_dense_attention(void);
 /* counter-based random numbers (test_random.c), instance norm (test_norm.c) */
 void test_random(void);
 void test_instance_norm(void);
+/* the CUDA backend's plan, no GPU needed (test_cuda_plan.c) */
+void test_cuda_plan(void);
 
 /* the LSTM against the double reference, per ISA (test_lstm.c) */
 void test_activations(const char* isa);
