@@ -33,62 +33,61 @@ kl_status kl_cu_fail(CUresult r, const char* fmt, ...) {
   return kl_errorf(KL_ERR_DEVICE, "%s: %s (error %d)", what, kl_cu_error(r), r);
 }
 
-/* The symbols a library must have (required) or may have, and where they go. */
-typedef struct sym {
+/* Every symbol the engine takes from the driver and NVRTC: its library, where it
+ * goes in that library's table, whether a load fails without it. */
+enum { LIB_CU, LIB_NVRTC };
+static const struct {
+  int lib;
   size_t offset;
   const char* name;
   int required;
-} sym;
-
-static const sym CU_SYMS[] = {
-    {offsetof(kl_cu_api, Init), "cuInit", 1},
-    {offsetof(kl_cu_api, DriverGetVersion), "cuDriverGetVersion", 1},
-    {offsetof(kl_cu_api, DeviceGet), "cuDeviceGet", 1},
-    {offsetof(kl_cu_api, DeviceGetAttribute), "cuDeviceGetAttribute", 1},
-    {offsetof(kl_cu_api, DevicePrimaryCtxRetain), "cuDevicePrimaryCtxRetain", 1},
-    {offsetof(kl_cu_api, CtxPushCurrent), "cuCtxPushCurrent_v2", 1},
-    {offsetof(kl_cu_api, CtxPopCurrent), "cuCtxPopCurrent_v2", 1},
-    {offsetof(kl_cu_api, MemAlloc), "cuMemAlloc_v2", 1},
-    {offsetof(kl_cu_api, MemFree), "cuMemFree_v2", 1},
-    {offsetof(kl_cu_api, ModuleLoadData), "cuModuleLoadData", 1},
-    {offsetof(kl_cu_api, ModuleUnload), "cuModuleUnload", 1},
-    {offsetof(kl_cu_api, ModuleGetFunction), "cuModuleGetFunction", 1},
-    {offsetof(kl_cu_api, FuncSetAttribute), "cuFuncSetAttribute", 1},
-    {offsetof(kl_cu_api, LaunchKernel), "cuLaunchKernel", 1},
-    {offsetof(kl_cu_api, LaunchKernelEx), "cuLaunchKernelEx", 0},
-    {offsetof(kl_cu_api, OccupancyMaxActiveClusters), "cuOccupancyMaxActiveClusters", 0},
-    {offsetof(kl_cu_api, ThreadExchangeStreamCaptureMode), "cuThreadExchangeStreamCaptureMode", 1},
-    {offsetof(kl_cu_api, PointerGetAttribute), "cuPointerGetAttribute", 1},
-    {offsetof(kl_cu_api, MemcpyDtoHAsync), "cuMemcpyDtoHAsync_v2", 1},
-    {offsetof(kl_cu_api, StreamSynchronize), "cuStreamSynchronize", 1},
-    {offsetof(kl_cu_api, StreamIsCapturing), "cuStreamIsCapturing", 1},
-    {offsetof(kl_cu_api, GetErrorString), "cuGetErrorString", 1},
+} SYMS[] = {
+    {LIB_CU, offsetof(kl_cu_api, Init), "cuInit", 1},
+    {LIB_CU, offsetof(kl_cu_api, DriverGetVersion), "cuDriverGetVersion", 1},
+    {LIB_CU, offsetof(kl_cu_api, DeviceGet), "cuDeviceGet", 1},
+    {LIB_CU, offsetof(kl_cu_api, DeviceGetAttribute), "cuDeviceGetAttribute", 1},
+    {LIB_CU, offsetof(kl_cu_api, DevicePrimaryCtxRetain), "cuDevicePrimaryCtxRetain", 1},
+    {LIB_CU, offsetof(kl_cu_api, CtxPushCurrent), "cuCtxPushCurrent_v2", 1},
+    {LIB_CU, offsetof(kl_cu_api, CtxPopCurrent), "cuCtxPopCurrent_v2", 1},
+    {LIB_CU, offsetof(kl_cu_api, MemAlloc), "cuMemAlloc_v2", 1},
+    {LIB_CU, offsetof(kl_cu_api, MemFree), "cuMemFree_v2", 1},
+    {LIB_CU, offsetof(kl_cu_api, ModuleLoadData), "cuModuleLoadData", 1},
+    {LIB_CU, offsetof(kl_cu_api, ModuleUnload), "cuModuleUnload", 1},
+    {LIB_CU, offsetof(kl_cu_api, ModuleGetFunction), "cuModuleGetFunction", 1},
+    {LIB_CU, offsetof(kl_cu_api, FuncSetAttribute), "cuFuncSetAttribute", 1},
+    {LIB_CU, offsetof(kl_cu_api, LaunchKernel), "cuLaunchKernel", 1},
+    {LIB_CU, offsetof(kl_cu_api, LaunchKernelEx), "cuLaunchKernelEx", 0},
+    {LIB_CU, offsetof(kl_cu_api, OccupancyMaxActiveClusters), "cuOccupancyMaxActiveClusters", 0},
+    {LIB_CU, offsetof(kl_cu_api, ThreadExchangeStreamCaptureMode), "cuThreadExchangeStreamCaptureMode", 1},
+    {LIB_CU, offsetof(kl_cu_api, PointerGetAttribute), "cuPointerGetAttribute", 1},
+    {LIB_CU, offsetof(kl_cu_api, MemcpyDtoHAsync), "cuMemcpyDtoHAsync_v2", 1},
+    {LIB_CU, offsetof(kl_cu_api, StreamSynchronize), "cuStreamSynchronize", 1},
+    {LIB_CU, offsetof(kl_cu_api, StreamIsCapturing), "cuStreamIsCapturing", 1},
+    {LIB_CU, offsetof(kl_cu_api, GetErrorString), "cuGetErrorString", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, Version), "nvrtcVersion", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetNumSupportedArchs), "nvrtcGetNumSupportedArchs", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetSupportedArchs), "nvrtcGetSupportedArchs", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, CreateProgram), "nvrtcCreateProgram", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, CompileProgram), "nvrtcCompileProgram", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetProgramLogSize), "nvrtcGetProgramLogSize", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetProgramLog), "nvrtcGetProgramLog", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetCUBINSize), "nvrtcGetCUBINSize", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetCUBIN), "nvrtcGetCUBIN", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetPTXSize), "nvrtcGetPTXSize", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetPTX), "nvrtcGetPTX", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, DestroyProgram), "nvrtcDestroyProgram", 1},
+    {LIB_NVRTC, offsetof(kl_nvrtc_api, GetErrorString), "nvrtcGetErrorString", 1},
 };
 
-static const sym NVRTC_SYMS[] = {
-    {offsetof(kl_nvrtc_api, Version), "nvrtcVersion", 1},
-    {offsetof(kl_nvrtc_api, GetNumSupportedArchs), "nvrtcGetNumSupportedArchs", 1},
-    {offsetof(kl_nvrtc_api, GetSupportedArchs), "nvrtcGetSupportedArchs", 1},
-    {offsetof(kl_nvrtc_api, CreateProgram), "nvrtcCreateProgram", 1},
-    {offsetof(kl_nvrtc_api, CompileProgram), "nvrtcCompileProgram", 1},
-    {offsetof(kl_nvrtc_api, GetProgramLogSize), "nvrtcGetProgramLogSize", 1},
-    {offsetof(kl_nvrtc_api, GetProgramLog), "nvrtcGetProgramLog", 1},
-    {offsetof(kl_nvrtc_api, GetCUBINSize), "nvrtcGetCUBINSize", 1},
-    {offsetof(kl_nvrtc_api, GetCUBIN), "nvrtcGetCUBIN", 1},
-    {offsetof(kl_nvrtc_api, GetPTXSize), "nvrtcGetPTXSize", 1},
-    {offsetof(kl_nvrtc_api, GetPTX), "nvrtcGetPTX", 1},
-    {offsetof(kl_nvrtc_api, DestroyProgram), "nvrtcDestroyProgram", 1},
-    {offsetof(kl_nvrtc_api, GetErrorString), "nvrtcGetErrorString", 1},
-};
-
-/* Resolves the n symbols into table from lib h; a missing required one fails the
- * load (-1, the message in err). */
-static int resolve(void* h, void* table, const sym* syms, size_t n, const char* lib, char* err, size_t err_size) {
-  for (size_t i = 0; i < n; i++) {
-    void** slot = (void**)((char*)table + syms[i].offset);
-    *slot = dlsym(h, syms[i].name);
-    if (!*slot && syms[i].required) {
-      snprintf(err, err_size, "%s lacks %s (too old a version)", lib, syms[i].name);
+/* Resolves library lib's symbols from h (opened as name) into table; a missing
+ * required one fails the load (-1, the message in err). */
+static int resolve(void* h, int lib, void* table, const char* name, char* err, size_t err_size) {
+  for (size_t i = 0; i < sizeof(SYMS) / sizeof(SYMS[0]); i++) {
+    if (SYMS[i].lib != lib) continue;
+    void** slot = (void**)((char*)table + SYMS[i].offset);
+    *slot = dlsym(h, SYMS[i].name);
+    if (!*slot && SYMS[i].required) {
+      snprintf(err, err_size, "%s lacks %s (too old a version)", name, SYMS[i].name);
       return -1;
     }
   }
@@ -102,9 +101,7 @@ static int load_cu(void) {
              "CUDA tensors need the NVIDIA driver: libcuda.so.1 could not be loaded (%s)", dlerror());
     return -1;
   }
-  if (resolve(h, &g_cu, CU_SYMS, sizeof(CU_SYMS) / sizeof(CU_SYMS[0]), "libcuda.so.1", g_cu_err,
-              sizeof(g_cu_err)))
-    return -1;
+  if (resolve(h, LIB_CU, &g_cu, "libcuda.so.1", g_cu_err, sizeof(g_cu_err))) return -1;
   const CUresult r = g_cu.Init(0);
   if (r) {
     snprintf(g_cu_err, sizeof(g_cu_err), "cuInit failed: %s (error %d)", kl_cu_error(r), r);
@@ -144,9 +141,7 @@ static int load_nvrtc(void) {
              "loaded (pip install nvidia-cuda-nvrtc, or set KOKORO_LSTM_NVRTC to libnvrtc's path)");
     return -1;
   }
-  if (resolve(h, &g_nvrtc, NVRTC_SYMS, sizeof(NVRTC_SYMS) / sizeof(NVRTC_SYMS[0]), what, g_nvrtc_err,
-              sizeof(g_nvrtc_err)))
-    return -1;
+  if (resolve(h, LIB_NVRTC, &g_nvrtc, what, g_nvrtc_err, sizeof(g_nvrtc_err))) return -1;
   /* NVRTC opens libnvrtc-builtins by soname at compile time; where libnvrtc is
    * not on the loader's path (a pip wheel's folder) that fails unless the
    * builtins beside it are loaded first */
