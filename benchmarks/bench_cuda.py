@@ -1,7 +1,8 @@
 """kokoro_lstm on CUDA vs cuDNN (through PyTorch), and Kokoro's KModel end to end.
 
 LSTM cases: Kokoro's shape (I=640, H=256, bidirectional, batch_first), B=1 at
-T = 64, 256, 1024, 2048 and B = 16, 64 at T = 256. In one process, alternated
+T = 1 (the fixed cost of a call), 64, 256, 1024, 2048 and B = 16, 64 at T = 256
+(``--cases`` picks some). In one process, alternated
 every round (the order flips each round): cuDNN (nn.LSTM under no_grad, PyTorch's
 defaults, so TF32 allowed), ours (``_core.forward`` on the same CUDA tensors, the
 current stream, automatic recurrence path), ours with the step path forced, and
@@ -35,7 +36,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from kokoro_lstm import _core  # noqa: E402
 
-CASES = [(1, 64), (1, 256), (1, 1024), (1, 2048), (16, 256), (64, 256)]
+CASES = [(1, 1), (1, 64), (1, 256), (1, 1024), (1, 2048), (16, 256), (64, 256)]
 
 
 def _timed(fn, reps):
@@ -243,6 +244,8 @@ def main(argv=None):
     ap.add_argument("--tokens", default="64,256")
     ap.add_argument("--frames-per-token", type=int, default=4)
     ap.add_argument("--no-kmodel", action="store_true")
+    ap.add_argument("--cases", default=",".join(f"{b}:{t}" for b, t in CASES),
+                    help="LSTM cases as B:T,B:T,... (default: all)")
     a = ap.parse_args(argv)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
@@ -250,7 +253,7 @@ def main(argv=None):
     res["host_overhead"] = host_overhead()
     print("host time per call (us):", {k: round(v, 1) for k, v in res["host_overhead"].items()},
           flush=True)
-    for B, T in CASES:
+    for B, T in (tuple(int(v) for v in c.split(":")) for c in a.cases.split(",") if c):
         row = lstm_case(B, T, a.rounds)
         res["lstm"].append(row)
         print(f"B={B:3d} T={T:5d}  cuDNN {row['cudnn_ms']:8.3f} ms  ours {row['ours_ms']:7.3f} ms "

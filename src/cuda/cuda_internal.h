@@ -32,6 +32,7 @@ typedef struct kl_cuda_kernels {
 #undef KL_CUDA_KERNEL
   int max_clusters; /* clusters of the cluster kernel resident at once */
   int smem_bytes;   /* the cluster kernel's dynamic shared memory limit as set */
+  int few_smem;     /* 1 once gemm_few's shared memory limit is set */
 } kl_cuda_kernels;
 /* The embedded kernels built with these -D options for the device (cached per
  * process, then on disk); the device's context is current. cluster is NULL

@@ -64,8 +64,12 @@ int kl_cuda_plan_defines(const kl_cuda_plan* p, char buf[][32], const char** out
  * threads (*ntw). 0 if none. */
 int kl_cuda_cluster_shape(int H, int R, int* C, int* ntw);
 size_t kl_cuda_cluster_smem(int NB, int R, int ntw);
-/* The input projection's tile: 128 when the 128x128 tiles fill the GPU and the
- * rows allow 16-byte loads (aligned), else 64 (same bits). */
-int kl_cuda_gemm_tile(int64_t M, int N, int D, int sms, int aligned);
+/* Rows up to which the input projection runs on kl_gemm_few. */
+#define KL_CUDA_GEMM_FEW_ROWS 64
+/* The input projection's tile (every kernel gives the same bits): KL_FEW_TILE
+ * (kl_gemm_few) for at most KL_CUDA_GEMM_FEW_ROWS rows where its shared memory
+ * fits (smem_optin), 128 when the 128x128 tiles fill the GPU and the rows allow
+ * 16-byte loads (aligned), else 64. */
+int kl_cuda_gemm_tile(int64_t M, int N, int D, int sms, int aligned, int smem_optin);
 
 #endif /* KL_CUDA_PLAN_H */

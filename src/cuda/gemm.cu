@@ -126,3 +126,83 @@ extern "C" __global__ void __launch_bounds__(256) kl_gemm_nt128(const __grid_con
     }
   }
 }
+
+// kl_gemm_few: the same products for few rows (M <= 64): one output per thread, each
+// the same k-ordered FMA chain (the same bits). A CTA stages its KL_FEW_TILE rows of
+// W and of A, a k chunk at a time, in shared memory with up to KL_FLD 16-byte loads
+// in flight per thread (the 64x64 tiles wait one global round trip per 16-wide k slice).
+#define KL_FPAD (KL_FEW_KC + 4)  // 16-byte rows; a quarter warp's float4 reads hit distinct banks
+#define KL_FLD 16                // 16-byte loads in flight per thread while staging
+
+// rows [0, KL_FEW_TILE) x k [k0, k0 + kc) of src (rows of stride ld; rows >= live are
+// zero) into dst (rows of stride KL_FPAD); kc a multiple of 4, rows 16-byte aligned
+__device__ __forceinline__ void kl_stage4(float* dst, const float* __restrict__ src, i64 ld, int live, int k0,
+                                          int kc) {
+  const int kc4 = kc / 4, total = KL_FEW_TILE * kc4;
+  for (int base = 0; base < total; base += 256 * KL_FLD) {
+    float4 v[KL_FLD];
+#pragma unroll
+    for (int j = 0; j < KL_FLD; j++) {
+      const int i = base + j * 256 + threadIdx.x, r = i / kc4, k4 = i - r * kc4;
+      v[j] = (i < total && r < live) ? *reinterpret_cast<const float4*>(src + r * ld + k0 + 4 * k4)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < KL_FLD; j++) {
+      const int i = base + j * 256 + threadIdx.x, r = i / kc4, k4 = i - r * kc4;
+      if (i < total) *reinterpret_cast<float4*>(dst + r * KL_FPAD + 4 * k4) = v[j];
+    }
+  }
+}
+
+// the same for any alignment, one float at a time
+__device__ __forceinline__ void kl_stage1(float* dst, const float* __restrict__ src, i64 ld, int live, int k0,
+                                          int kc) {
+  const int total = KL_FEW_TILE * kc;
+  for (int i = threadIdx.x; i < total; i += 256) {
+    const int r = i / kc, k = i - r * kc;
+    dst[r * KL_FPAD + k] = r < live ? src[r * ld + k0 + k] : 0.0f;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kl_gemm_few(const __grid_constant__ kl_gemm_args p) {
+  extern __shared__ __align__(16) float fsm[];
+  float* Ws = fsm;
+  float* As = fsm + KL_FEW_TILE * KL_FPAD;
+  const int dir = blockIdx.z;
+  const float* __restrict__ W = p.w[dir];
+  const i64 ldw = p.ldw[dir];
+  const int n0 = blockIdx.x * KL_FEW_TILE, m0 = blockIdx.y * KL_FEW_TILE;
+  const int tid = threadIdx.x, ni = tid % KL_FEW_TILE, mi = tid / KL_FEW_TILE;
+  const int nr = min(KL_FEW_TILE, p.N - n0), mr = min(KL_FEW_TILE, p.M - m0);
+  const float* Wt = W + (i64)n0 * ldw;
+  const float* At = p.a + (i64)m0 * p.lda;
+  const bool vec = (p.K % 4 == 0) && (p.lda % 4 == 0) && (ldw % 4 == 0) &&
+                   ((unsigned long long)W % 16 == 0) && ((unsigned long long)p.a % 16 == 0);
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < p.K; k0 += KL_FEW_KC) {
+    const int kc = min(KL_FEW_KC, p.K - k0);
+    if (vec) {
+      kl_stage4(Ws, Wt, ldw, nr, k0, kc);
+      kl_stage4(As, At, p.lda, mr, k0, kc);
+    } else {
+      kl_stage1(Ws, Wt, ldw, nr, k0, kc);
+      kl_stage1(As, At, p.lda, mr, k0, kc);
+    }
+    __syncthreads();
+    const float4* wr = reinterpret_cast<const float4*>(Ws + ni * KL_FPAD);
+    const float4* ar = reinterpret_cast<const float4*>(As + mi * KL_FPAD);
+    const int kc4 = kc / 4;
+#pragma unroll 4
+    for (int k4 = 0; k4 < kc4; k4++) {
+      const float4 a = ar[k4], w = wr[k4];
+      acc = fmaf(a.x, w.x, acc);
+      acc = fmaf(a.y, w.y, acc);
+      acc = fmaf(a.z, w.z, acc);
+      acc = fmaf(a.w, w.w, acc);
+    }
+    for (int k = kc4 * 4; k < kc; k++) acc = fmaf(As[mi * KL_FPAD + k], Ws[ni * KL_FPAD + k], acc);
+    __syncthreads();
+  }
+  if (ni < nr && mi < mr) p.c[(i64)(m0 + mi) * p.ldc + (i64)dir * p.N + n0 + ni] = acc;
+}

@@ -56,12 +56,21 @@ static CUresult launch2(const kl_cu_api* cu, CUfunction f, unsigned gx, unsigned
 typedef struct run {
   const kl_cu_api* cu;
   const kl_cuda_device* dv;
-  const kl_cuda_kernels* k;
+  kl_cuda_kernels* k;
   const kl_cuda_plan* p;
   const kl_call* c;
   CUstream s;
   float* G; /* the work memory: gates first (plan.c) */
 } run;
+
+/* gemm_few's shared memory limit raised once per module: 0, or nonzero where the
+ * driver refuses it (the 64x64 tiles run instead). */
+static int few_ready(const kl_cu_api* cu, kl_cuda_kernels* k) {
+  if (__atomic_load_n(&k->few_smem, __ATOMIC_RELAXED)) return 0;
+  if (cu->FuncSetAttribute(k->gemm_few, KL_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, KL_FEW_SMEM)) return -1;
+  __atomic_store_n(&k->few_smem, 1, __ATOMIC_RELAXED);
+  return 0;
+}
 
 /* G[m, dir*4H + n] = sum_k A[m, k] W_ih[dir][n, k] for M rows, in launches of at
  * most the grid's y limit of tiles. */
@@ -79,14 +88,18 @@ static CUresult input_gemm(const run* x, const float* A, int64_t lda, int64_t M,
   g.ldc = (int64_t)c->D * 4 * c->H;
   g.N = 4 * (int)c->H;
   g.K = K;
-  const int tile = kl_cuda_gemm_tile(M, g.N, c->D, x->dv->sms, aligned);
+  int tile = kl_cuda_gemm_tile(M, g.N, c->D, x->dv->sms, aligned, x->dv->smem_optin);
+  if (tile == KL_FEW_TILE && few_ready(x->cu, x->k)) tile = 64;
+  CUfunction f = tile == KL_FEW_TILE ? x->k->gemm_few : tile == 128 ? x->k->gemm128 : x->k->gemm;
+  const unsigned smem = tile == KL_FEW_TILE ? KL_FEW_SMEM : 0;
   const int64_t chunk = 65535LL * tile;
   for (int64_t m0 = 0; m0 < M; m0 += chunk) {
     g.a = A + m0 * lda;
     g.c = x->G + m0 * g.ldc;
     g.M = (int)(M - m0 < chunk ? M - m0 : chunk);
-    CUresult r = launch(x->cu, tile == 128 ? x->k->gemm128 : x->k->gemm, (unsigned)((g.N + tile - 1) / tile),
-                        (unsigned)((g.M + tile - 1) / tile), (unsigned)c->D, 256, x->s, &g);
+    void* params[] = {&g};
+    const CUresult r = x->cu->LaunchKernel(f, (unsigned)((g.N + tile - 1) / tile), (unsigned)((g.M + tile - 1) / tile),
+                                           (unsigned)c->D, 256, 1, 1, smem, x->s, params, NULL);
     if (r) return r;
   }
   return 0;
@@ -199,7 +212,7 @@ static kl_status launch_layers(const run* x) {
 
 /* The cluster path's module: built with NB = 1 to learn how many clusters fit at
  * once (kept in the module), then with the batch rows per cluster that gives. */
-static const kl_cuda_kernels* cluster_module(const kl_cu_api* cu, const kl_cuda_device* dv, kl_cuda_plan* p,
+static kl_cuda_kernels* cluster_module(const kl_cu_api* cu, const kl_cuda_device* dv, kl_cuda_plan* p,
                                              const kl_cuda_shape* sh, CUstream s) {
   char buf[KL_CUDA_NUM_DEFINES][32];
   const char* defs[KL_CUDA_NUM_DEFINES];

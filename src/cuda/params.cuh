@@ -57,4 +57,10 @@ typedef struct kl_gemm_args {
   int M, N, K;
 } kl_gemm_args;
 
+/* kl_gemm_few: KL_FEW_TILE outputs n by KL_FEW_TILE rows m per CTA, k staged in
+ * chunks of KL_FEW_KC (rows padded to KL_FEW_KC + 4 floats) for both operands. */
+#define KL_FEW_TILE 16
+#define KL_FEW_KC 640
+#define KL_FEW_SMEM (2 * KL_FEW_TILE * (KL_FEW_KC + 4) * 4)
+
 #endif /* KL_CUDA_PARAMS_CUH */

@@ -116,6 +116,7 @@ int kl_cuda_plan_defines(const kl_cuda_plan* p, char buf[][32], const char** out
   return p->ndefs;
 }
 
-int kl_cuda_gemm_tile(int64_t M, int N, int D, int sms, int aligned) {
+int kl_cuda_gemm_tile(int64_t M, int N, int D, int sms, int aligned, int smem_optin) {
+  if (M <= KL_CUDA_GEMM_FEW_ROWS && smem_optin >= KL_FEW_SMEM) return KL_FEW_TILE;
   return (M + 127) / 128 * ((N + 127) / 128) * D >= sms && aligned ? 128 : 64;
 }

@@ -117,9 +117,15 @@ static void test_workspace_and_tiles(void) {
   kl_cuda_plan_path(&p, &sh, &SM80, KL_CUDA_AUTO, KL_CUDA_XCHG_MBARRIER);
   check(p.off_out[0] == 0 && p.off_h == 0 && p.ws_floats == 192,
         "[cuda plan] one layer with x_gates: no gates, no layer outputs");
-  check(kl_cuda_gemm_tile(16384, 1024, 1, 132, 1) == 128 && kl_cuda_gemm_tile(16384, 1024, 1, 132, 0) == 64 &&
-            kl_cuda_gemm_tile(256, 1024, 1, 132, 1) == 64,
+  const int optin = 227 * 1024;
+  check(kl_cuda_gemm_tile(16384, 1024, 1, 132, 1, optin) == 128 && kl_cuda_gemm_tile(16384, 1024, 1, 132, 0, optin) == 64 &&
+            kl_cuda_gemm_tile(256, 1024, 1, 132, 1, optin) == 64,
         "[cuda plan] 128x128 tiles when they fill the GPU and the rows are aligned, else 64x64");
+  check(kl_cuda_gemm_tile(1, 1024, 2, 132, 1, optin) == KL_FEW_TILE &&
+            kl_cuda_gemm_tile(KL_CUDA_GEMM_FEW_ROWS, 1024, 2, 132, 0, optin) == KL_FEW_TILE &&
+            kl_cuda_gemm_tile(KL_CUDA_GEMM_FEW_ROWS + 1, 1024, 2, 132, 1, optin) == 64 &&
+            kl_cuda_gemm_tile(1, 1024, 2, 132, 1, KL_FEW_SMEM - 1) == 64,
+        "[cuda plan] few rows on kl_gemm_few where its shared memory fits, aligned or not");
 }
 
 void test_cuda_plan(void) {
