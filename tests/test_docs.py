@@ -113,6 +113,35 @@ def test_results_md_is_generated():
             "RESULTS.md is stale: run python benchmarks/report.py"
 
 
+def test_doc_tables_are_rendered():
+    """Every <!-- report.py: NAME --> block of README.md and docs/*.md is what report.py
+    renders there from benchmarks/results/, so prose cannot carry a stale number."""
+    report = _report()
+    results = os.path.join(ROOT, "benchmarks", "results")
+    stale = []
+    for path in DOCS:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        opened = re.findall(r"<!-- report\.py: ([\w-]+) -->", text)
+        assert len(opened) == len(report.BLOCK.findall(text)), \
+            f"{os.path.relpath(path, ROOT)}: a report.py block without its end marker"
+        unknown = sorted(set(opened) - set(report.DOC_BLOCKS))
+        assert not unknown, f"{os.path.relpath(path, ROOT)}: report.py renders no {unknown}"
+        if report.fill_blocks(text, results) != text:
+            stale.append(os.path.relpath(path, ROOT))
+    assert not stale, f"stale tables in {stale}: run python benchmarks/report.py"
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    for name in ("lstm", "kokoro", "cuda"):
+        assert f"<!-- report.py: {name} -->" in readme, f"README.md lost its {name} table"
+
+
+def test_readme_is_short():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        n = sum(1 for _ in f)
+    assert n <= 250, f"README.md has {n} lines (at most 250: details go to docs/)"
+
+
 def test_results_hold_only_cited_files():
     report = _report()
     held = sorted(os.listdir(os.path.join(ROOT, "benchmarks", "results")))
