@@ -1,8 +1,8 @@
 """The Kokoro encoder components that ``kokoro-lstm port-encoder`` ports.
 
-Each component is a small ``nn.Module`` wrapper around Kokoro's own modules (from the
-``kokoro`` package when importable, else :mod:`._kokoro_modules`), with kokoro-tvm's
-function names and signatures (batch 1, static shapes)::
+Each component is a small ``nn.Module`` wrapper (:mod:`._parts`) around Kokoro's own
+modules (from the ``kokoro`` package when importable, else :mod:`._kokoro_modules`), with
+kokoro-tvm's function names and signatures (batch 1, static shapes)::
 
     text_encoder_forward(tokens int64 [1,T], lengths int64 [1], mask bool [1,T])
         -> (t_en [1,512,T],)
