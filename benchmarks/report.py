@@ -1,7 +1,10 @@
-"""Generate benchmarks/RESULTS.md from the JSON files in benchmarks/results/.
+"""Generate benchmarks/RESULTS.md, and the tables of README.md and docs/*.md, from the
+JSON files in benchmarks/results/.
 
 RESULTS.md holds one section per question and machine, each rendered from the newest
-JSON of that question (SOURCES below); edit this file, not RESULTS.md, to change it.
+JSON of that question (SOURCES below). In README.md and docs/*.md, each block between
+``<!-- report.py: NAME -->`` and ``<!-- end report.py: NAME -->`` is what DOC_BLOCKS[NAME]
+renders, so prose never copies a number by hand. Edit this file, not the outputs.
 
     python benchmarks/report.py [--results DIR] [--out FILE] [--check]
 """
@@ -10,8 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
+import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE_IMPLS = ["ours", "torch", "ort", "ref"]
@@ -238,17 +243,22 @@ def render_tvm(docs: list, names: list, results_dir: str) -> list[str]:
 
 # ---- bench_cuda.py (cuda_*.json) -----------------------------------------------------------
 
-def render_cuda(docs: list, names: list, results_dir: str) -> list[str]:
-    d = docs[0]
-    lines = [f"{d['device']}, torch {d['torch']}, cuDNN {d['cudnn']}; I=640, H=256, bidirectional, "
-             "batch_first; a patched `nn.LSTM` against `nn.LSTM` in one process, alternated, medians; "
-             f"also each captured in a CUDA graph and replayed. `results/{names[0]}`.", "",
-             "| B | T | cuDNN ms | ours ms | × cuDNN | cuDNN graph ms | ours graph ms | × in graphs | recurrence µs/step |",
+def cuda_table(d: dict) -> list[str]:
+    lines = ["| B | T | cuDNN ms | ours ms | × cuDNN | cuDNN graph ms | ours graph ms | × in graphs | recurrence µs/step |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in d["lstm"]:
         lines.append(f"| {r['B']} | {r['T']} | {r['cudnn_ms']:.3f} | {r['ours_ms']:.3f} | "
                      f"{r['cudnn_over_ours']:.1f} | {r['cudnn_graph_ms']:.3f} | {r['ours_graph_ms']:.3f} | "
                      f"{r['graph_cudnn_over_ours']:.1f} | {r['recurrence_us_per_step']:.2f} |")
+    return lines
+
+
+def render_cuda(docs: list, names: list, results_dir: str) -> list[str]:
+    d = docs[0]
+    lines = [f"{d['device']}, torch {d['torch']}, cuDNN {d['cudnn']}; I=640, H=256, bidirectional, "
+             "batch_first; a patched `nn.LSTM` against `nn.LSTM` in one process, alternated, medians; "
+             f"also each captured in a CUDA graph and replayed. `results/{names[0]}`.", ""]
+    lines += cuda_table(d)
     if d.get("kmodel"):
         lines += ["", "Kokoro's `KModel` (random weights), unpatched → patched:", ""]
         for k in d["kmodel"]:
@@ -298,22 +308,198 @@ def cited() -> list[str]:
     return sorted({n for _, _, names in SOURCES for n in names} | {"lstm.png"})
 
 
+# ---- blocks of README.md and docs/*.md ----------------------------------------------------
+
+def _load(results_dir: str, name: str) -> dict:
+    with open(os.path.join(results_dir, name)) as f:
+        return json.load(f)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def block_lstm(results_dir: str) -> list[str]:
+    """README's CPU table: Kokoro's shape at T = 16, 256, 1024 and a B = 64 batch."""
+    d = _load(results_dir, "lstm.json")
+    m = d["machine"]
+    cases = {"T=16": "T=16", "T=256 (Kokoro)": "T=256", "T=1024": "T=1024",
+             "T=256 B=64": "T=256, B=64"}
+    cpu = m["cpu_model"].replace("(R)", "").replace(" Processor", "")
+    lines = [f"**CPU: the project's machine**, {m['usable_cores']} cores ({cpu}, "
+             f"ISA {m['build_info'].get('isa_active')}; {d['date'][:10]}, `make bench`, one process, "
+             "alternated; `benchmarks/results/lstm.json`):", "",
+             f"| case | threads | kokoro_lstm | PyTorch {_minor(m['torch'])} | ONNX Runtime "
+             f"{_minor(m['onnxruntime'])} | PyTorch / ours | ORT / ours |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for n in d["threads"]:
+        for r in d["results"]:
+            if r["threads"] == n and r["case"]["name"] in cases:
+                t = r["median_ms"]
+                lines.append(f"| {cases[r['case']['name']]} | {n} | {t['ours']:.3g} | "
+                             f"{t['torch']:.3g} | {t['ort']:.3g} | {_ratio(t['torch'], t['ours'])} | "
+                             f"{_ratio(t['ort'], t['ours'])} |")
+    return lines
+
+
+KOKORO_MACHINES = [("2-vCPU Xeon VM", ["kokoro_xeon2core.json"]),
+                   ("16-core Xeon (lent)", ["kokoro_xeon16-t64.json", "kokoro_xeon16-t256.json",
+                                            "kokoro_xeon16-t256-2-16.json"])]
+
+
+def block_kokoro(results_dir: str) -> list[str]:
+    """README's whole-Kokoro table: compiled time / PyTorch's and / ONNX Runtime's, and
+    the largest audio difference."""
+    lines = ["| machine | tokens | 1 thread: / torch, / ORT | 2 threads | 16 threads |",
+             "|---|---:|---|---|---|"]
+    for label, names in KOKORO_MACHINES:
+        rows = {}
+        for n in names:
+            for r in _load(results_dir, n)["rows"]:
+                rows[(r["tokens"], r["threads"])] = r
+        for tokens in sorted({k[0] for k in rows}):
+            cells = []
+            for threads in (1, 2, 16):
+                r = rows.get((tokens, threads))
+                cells.append("—" if r is None else
+                             f"{_ratio(r['tvm_whole_ms'], r['torch_whole_ms'])}, "
+                             f"{_ratio(r['tvm_whole_ms'], r['ort_whole_ms'])}")
+            lines.append(f"| {label} | {tokens} | " + " | ".join(cells) + " |")
+    errs = [r["check"]["whole"]["tvm_vs_torch_max_abs"] for _, names in KOKORO_MACHINES
+            for n in names for r in _load(results_dir, n)["rows"]]
+    return lines + ["", f"The compiled audio is within {max(errs):.1e} of PyTorch's under the same seed."
+                     .replace("e-0", "e-")]
+
+
+def block_cuda(results_dir: str) -> list[str]:
+    """README's GPU table: bench_cuda.py's rows."""
+    d = _load(results_dir, "cuda_h100.json")
+    cudnn = d["cudnn"]
+    cudnn = f"{cudnn // 10000}.{cudnn // 100 % 100}" if isinstance(cudnn, int) else cudnn
+    return [f"**GPU: {d['device']}**, a patched `nn.LSTM` against `nn.LSTM` (torch {d['torch']}, "
+            f"cuDNN {cudnn}; Kokoro's shape, batch_first; one process, alternated, medians; also "
+            "each captured in a CUDA graph and replayed; `benchmarks/bench_cuda.py`, "
+            "`benchmarks/results/cuda_h100.json`):", ""] + cuda_table(d)
+
+
+def block_compile(results_dir: str) -> list[str]:
+    """README's torch.compile table: KModel on the GPU, median ms and × eager."""
+    want = ["eager", "patched", "compiled-ro", "patched-compiled-ro"]
+    d0 = _load(results_dir, "compile_h200_t64.json")
+    lines = [f"Kokoro's `KModel` on an {d0['device']} (torch {d0['torch']}), median ms (× eager); "
+             "`benchmarks/results/compile_h200_t*.json`:", "","| tokens | eager ms | patched | compiled (CUDA graphs) | patched + compiled (CUDA graphs) |",
+             "|---:|---:|---:|---:|---:|"]
+    for n in ("compile_h200_t64.json", "compile_h200_t256.json"):
+        d = _load(results_dir, n)
+        rows = {r["variant"]: r for r in d["rows"]}
+        cells = [f"{rows['eager']['median_ms']:.1f}"] + [
+            f"{rows[v]['median_ms']:.1f} ({rows[v]['x_eager']:.2f}×)" for v in want[1:]]
+        lines.append(f"| {d['tokens']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _procs_table(results_dir: str, names: list, keep) -> list[str]:
+    """bench_lstm.py --procs rows that ``keep(r)``: median (min) ms, ratio = the faster
+    peer's median / ours."""
+    docs = [_load(results_dir, n) for n in names]
+    m = docs[0]["machine"]
+    lines = [f"| case | threads | kokoro_lstm | PyTorch {_minor(m['torch'])} | ONNX Runtime "
+             f"{_minor(m['onnxruntime'])} | ratio |", "|---|---:|---:|---:|---:|---:|"]
+    rows = [r for d in docs for r in d["results"] if keep(r)]
+    for r in sorted(rows, key=lambda r: (r["B"], r["T"], r["threads"])):
+        med = {k: statistics.median(v) * 1e3 for k, v in r["times_s"].items()}
+        cell = {k: f"{med[k]:.3g} ({min(v) * 1e3:.3g})" for k, v in r["times_s"].items()}
+        case = f"T={r['T']}" + (f", B={r['B']}" if r["B"] > 1 else "")
+        lines.append(f"| {case} | {r['threads']} | {cell['ours']} | {cell['torch']} | {cell['ort']} | "
+                     f"{_ratio(min(med['torch'], med['ort']), med['ours'])} |")
+    return lines
+
+
+def block_procs_zen4(results_dir: str) -> list[str]:
+    return _procs_table(results_dir, ["short_zen4_1124.json", "batch_zen4_1124.json"], lambda r: True)
+
+
+def block_procs_xeon16(results_dir: str) -> list[str]:
+    return _procs_table(results_dir, ["short_xeon16_r1_1124.json", "batch_xeon16_r1_1124.json"],
+                        lambda r: r["threads"] == 16 or (r["B"] == 1 and r["T"] == 256))
+
+
+def block_encoder(results_dir: str) -> list[str]:
+    """performance.md's ported-encoder ratios (compiled / PyTorch, medians) per machine and
+    thread count; a later file's row replaces an earlier one's."""
+    machines = [("Zen 4", ["encoder_procs_zen4-2core.json", "encoder_procs_zen4-2core-r2.json"]),
+                ("Xeon", ["encoder_procs_xeon16_panels_lstm.json"])]
+    ratio, cols = {}, []
+    for label, names in machines:
+        threads = set()
+        for n in names:
+            for r in _load(results_dir, n)["rows"]:
+                ratio[(label, r["component"], r["length"], r["threads"])] = \
+                    next(iter(r["trees"].values()))["ratio"]
+                threads.add(r["threads"])
+        cols += [(label, t) for t in sorted(threads)]
+    head = [f"{label}, {t} thread" if i == 0 else f"{label}, {t}"
+            for i, (label, t) in enumerate(cols)]
+    lines = ["| component | tokens | " + " | ".join(head) + " |",
+             "|---|---:|" + "---:|" * len(cols)]
+    for length in sorted({k[2] for k in ratio}):
+        for comp in ("text_encoder", "duration", "f0n", "bert"):
+            cells = [ratio.get((label, comp, length, t)) for label, t in cols]
+            lines.append(f"| {comp} | {length} | " + " | ".join(
+                "—" if c is None else f"{c:.2f}" for c in cells) + " |")
+    return lines
+
+
+DOC_BLOCKS = {"lstm": block_lstm, "kokoro": block_kokoro, "cuda": block_cuda,
+              "compile": block_compile, "procs-zen4": block_procs_zen4,
+              "procs-xeon16": block_procs_xeon16, "encoder": block_encoder}
+BLOCK = re.compile(r"(<!-- report\.py: ([\w-]+) -->\n)(.*?)(<!-- end report\.py: \2 -->)", re.S)
+
+
+def fill_blocks(text: str, results_dir: str) -> str:
+    """``text`` with every marked block re-rendered; KeyError for an unknown name."""
+    def one(m):
+        lines = []
+        for ln in DOC_BLOCKS[m.group(2)](results_dir):  # prose wrapped as the docs are, tables not
+            lines += [ln] if ln.startswith("|") or not ln else textwrap.wrap(ln, 92, break_on_hyphens=False)
+        return m.group(1) + "\n".join(lines) + "\n" + m.group(4)
+
+    return BLOCK.sub(one, text)
+
+
+def doc_files() -> list[str]:
+    root = os.path.dirname(HERE)
+    docs = os.path.join(root, "docs")
+    return [os.path.join(root, "README.md")] + sorted(
+        os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
-    ap.add_argument("--check", action="store_true", help="exit 1 if --out differs from what would be written")
+    ap.add_argument("--check", action="store_true", help="exit 1 if an output differs from what would be written")
     args = ap.parse_args(argv)
-    text = render(args.results)
-    if args.check:
-        with open(args.out) as f:
-            same = f.read() == text
-        print(f"{args.out}: {'up to date' if same else 'stale: run benchmarks/report.py'}")
-        return 0 if same else 1
-    with open(args.out, "w") as f:
-        f.write(text)
-    print(f"wrote {args.out} ({text.count(chr(10))} lines)")
-    return 0
+    outputs = {args.out: render(args.results)}
+    for path in doc_files():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if BLOCK.search(text):
+            outputs[path] = fill_blocks(text, args.results)
+    stale = 0
+    for path, text in outputs.items():
+        old = None
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+        if args.check:
+            print(f"{path}: {'up to date' if old == text else 'stale: run benchmarks/report.py'}")
+            stale += old != text
+        elif old != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            print(f"wrote {path} ({text.count(chr(10))} lines)")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

@@ -717,7 +717,7 @@ def test_validation_failure_exits_1(tmp_path, capsys):
 def test_compare_counts_nan_mismatches():
     """Issue 28: max(0.0, nan) == 0.0 let an all-NaN side validate with error 0. NaN on
     one side only is counted; NaN on both sides and equal infinities agree."""
-    from kokoro_lstm.cli.port_encoder import _compare
+    from kokoro_lstm.cli._artifact import _compare
 
     nan, inf = float("nan"), float("inf")
     want = np.array([[1.0, 2.0, nan, inf], [-3.0, 4.0, 5.0, -inf]])
@@ -740,17 +740,18 @@ def test_validation_nan_fails(side, tmp_path, capsys, monkeypatch):
     reported max_abs_err 0.0, passed, exit 0. Issue 37: both all NaN passed the same
     way (nothing compared), and the report held a bare NaN (not JSON). Now each fails
     (exit 1), the report counts the positions and is strict JSON."""
-    import kokoro_lstm.cli.port_encoder as pe
+    import kokoro_lstm.cli._encoder_build as build
+    from kokoro_lstm.cli._encoder_export import _Component
 
     def all_nan(arrays):
         return [np.full_like(a, np.nan) for a in arrays]
 
     if side in ("torch", "both"):
-        eager = pe._Component.eager
-        monkeypatch.setattr(pe._Component, "eager", lambda self, args: all_nan(eager(self, args)))
+        eager = _Component.eager
+        monkeypatch.setattr(_Component, "eager", lambda self, args: all_nan(eager(self, args)))
     if side in ("compiled", "both"):
-        as_list = pe._as_list
-        monkeypatch.setattr(pe, "_as_list", lambda res: all_nan(as_list(res)))
+        as_list = build._as_list
+        monkeypatch.setattr(build, "_as_list", lambda res: all_nan(as_list(res)))
     assert _port(tmp_path, "text_encoder", "native") == 1
     with open(os.path.join(tmp_path, "text_encoder_report.json"), encoding="utf-8") as f:
         rep = json.load(f, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
@@ -769,7 +770,7 @@ def test_validation_nan_fails(side, tmp_path, capsys, monkeypatch):
 
 def test_reports_are_strict_json(tmp_path):
     """NaN and infinities are written as null (json.dump's default writes NaN)."""
-    from kokoro_lstm.cli._common import write_report
+    from kokoro_lstm.cli._artifact import write_report
 
     path = tmp_path / "r.json"
     write_report(path, {"a": float("nan"), "b": [1.5, float("inf")], "c": {"d": -float("inf")}})

@@ -79,7 +79,7 @@ def demo(*, seq_len=32, methods=DEFAULT_METHODS, components=COMPONENTS, output_d
 
 
 def run(args) -> int:
-    from ._common import run_guarded
+    from ._command import run_guarded
 
     if args.seq_len < 1:
         sys.stderr.write("kokoro-lstm demo: error: --seq-len must be positive\n")

@@ -39,11 +39,11 @@ import os
 import sys
 import time
 
-from ._common import (DEFAULT_TOL, Staging, _nan_both, _Parser, _Progress, _check_target,
-                      _compare, _rename_main, _require_deps, _runtime_needs, _threads,
-                      _time_ms, _versions, add_common_arguments, check_num_threads,
-                      check_seed, check_thread_env, check_writable_dir, port_main,
-                      run_reports, write_report)
+from ._args import (DEFAULT_TOL, _check_target, _Parser, _require_deps, add_common_arguments,
+                    check_num_threads, check_seed, check_thread_env, check_writable_dir)
+from ._artifact import (Staging, _compare, _nan_both, _rename_main, _runtime_needs, _time_ms,
+                        _versions, write_report)
+from ._command import _Progress, _threads, port_main, run_reports
 from ._components import UsageError
 
 __all__ = ["build_parser", "add_arguments", "main", "run", "port", "parse_seq_lens",

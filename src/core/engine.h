@@ -263,11 +263,6 @@ static inline int kl_plan_poll(const kl_plan* x) {
 /* Below this many rows the float32 projection runs the list's kernel (f32-gemm.inc)
  * instead of BLAS, which packs W on every call. */
 #define KL_F32_GEMM_MAX_M 32
-/* Runs of at most this many rows read W_ih's float32 panels when the object holds
- * them (KL_PACK_WIH_PANELS). -D overrides it (a build without panels: 0). */
-#ifndef KL_LSTM_PANEL_MAX_M
-#define KL_LSTM_PANEL_MAX_M INT64_MAX
-#endif
 typedef struct kl_inproj {
   const char* name;
   /* the packed form of W_ih it reads (KL_WIH_*), or -1 */

@@ -249,9 +249,12 @@ static void panels_pack(const kl_lstm* m, kl_layer* L, int d, const kl_wsrc* w) 
     }
 }
 
+/* Runs of any length read W_ih's float32 panels when the object holds them
+ * (KL_PACK_WIH_PANELS). */
 static int panels_applies(const kl_lstm* m, const kl_layer* L, size_t M, int in_gates) {
   (void)m;
-  return !in_gates && L->w_ih_form[KL_WIH_PANELS] && (int64_t)M <= KL_LSTM_PANEL_MAX_M;
+  (void)M;
+  return !in_gates && L->w_ih_form[KL_WIH_PANELS];
 }
 
 /* Tasks: the row tiles by 512 columns when rows are many (a task reads its rows

@@ -3,7 +3,7 @@
  *   KL_WTYPE         the panel element (float, uint16_t)
  *   KL_LOAD_W(p)     16 weights at p, 64-byte aligned as floats, widened to __m512
  *   KL_CELL_UKERNEL  the kernel's name
- * Panel layout (see lstm.c): w[(blk*R + k)*64 + g*16 + lane] = W_hh[g*H + blk*16 + lane, k].
+ * Panel layout (see src/core/engine.h): w[(blk*R + k)*64 + g*16 + lane] = W_hh[g*H + blk*16 + lane, k].
  *
  * NB (up to 6) rows share each weight load: 24 accumulators, 4 weight vectors
  * and the broadcast h fill 29 of the 32 registers. Every row's accumulation

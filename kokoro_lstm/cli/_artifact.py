@@ -1,0 +1,191 @@
+"""What a port writes and how it checks the compiled module: output files staged and
+renamed into place, strict-JSON reports, the compiled module's inputs, outputs and
+timing, its comparison with PyTorch and what the library needs where it runs.
+Importing it imports neither torch nor TVM.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+
+
+class Staging:
+    """Output files written under temporary names in their own directory and renamed
+    into place by :meth:`commit`; :meth:`discard` (or leaving the ``with`` block by an
+    exception, Ctrl-C included) removes whatever was written, so a failed or
+    interrupted step never leaves a half-written artifact under a final name."""
+
+    def __init__(self):
+        self._pending = []  # (temporary path, final path)
+        self._blas = set()  # folders that get the engine's BLAS file on commit
+
+    def path(self, final):
+        """A temporary path beside ``final`` with the same extension (TVM's
+        export_library picks the format from it)."""
+        d, base = os.path.split(os.path.abspath(final))
+        stem, ext = os.path.splitext(base)
+        tmp = os.path.join(d, f".{stem}.partial-{os.getpid()}-{len(self._pending)}{ext}")
+        self._pending.append((tmp, final))
+        return tmp
+
+    def export_library(self, ex, final_tmp):
+        """``kokoro_lstm.tvm.export_library`` to a :meth:`path`; the BLAS file its folder
+        needs is written by :meth:`commit`, with the rest (so Ctrl-C leaves none)."""
+        import kokoro_lstm.tvm as kt
+
+        kt.export_library(ex, final_tmp, copy_blas=False)
+        if kt.uses_engine(ex):
+            self._blas.add(os.path.dirname(os.path.abspath(final_tmp)))
+
+    def commit(self):
+        from kokoro_lstm.tvm import copy_blas
+
+        for tmp, final in self._pending:
+            os.replace(tmp, final)
+        for folder in sorted(self._blas):
+            copy_blas(folder)
+        self._pending, self._blas = [], set()
+
+    def discard(self):
+        for tmp, _ in self._pending:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        self._pending, self._blas = [], set()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.discard()
+        return False
+
+
+def _json_safe(obj):
+    """``obj`` with every non-finite float (NaN, +-inf) as None: JSON has no NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def write_report(path, report):
+    """The report as strict JSON (``null`` for NaN and infinities)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_json_safe(report), f, indent=2, default=str, allow_nan=False)
+        f.write("\n")
+
+
+def _rename_main(mod, name):
+    import tvm
+
+    funcs = {}
+    for gv, func in mod.functions.items():
+        if gv.name_hint == "main":
+            funcs[tvm.ir.GlobalVar(name)] = func.with_attr("global_symbol", name)
+        else:
+            funcs[gv] = func
+    return tvm.IRModule(funcs, attrs=mod.attrs)
+
+
+def _to_tvm(arrays):
+    import tvm
+
+    return [tvm.runtime.tensor(a) for a in arrays]
+
+
+def _as_list(res):
+    try:
+        return [r.numpy() for r in res]
+    except TypeError:
+        return [res.numpy()]
+
+
+def _time_ms(fn, min_runs=3, max_runs=30, budget_s=0.5, warm_s=None):
+    """Median wall time of fn() in ms, after one warm-up call (``warm_s``: fn was just
+    called, taking that long; no warm-up then). A single timed call when one call
+    exceeds the budget."""
+    if warm_s is None:
+        t0 = time.perf_counter()
+        fn()
+        warm_s = time.perf_counter() - t0
+    if warm_s > budget_s:
+        t0 = time.perf_counter()
+        fn()
+        return round((time.perf_counter() - t0) * 1e3, 4)
+    times = []
+    t_end = time.perf_counter() + budget_s
+    while len(times) < min_runs or (len(times) < max_runs and time.perf_counter() < t_end):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return round(times[len(times) // 2], 4)
+
+
+def _compare(got, want):
+    """(max abs error, scaled error, NaN mismatches) of an output against PyTorch's.
+
+    NaN-aware: a position where one side is NaN and the other is not is a mismatch,
+    counted (and failing validation) rather than dropped by max(); NaN on both sides,
+    and equal infinities, agree here (validation still fails on them:
+    :func:`_nan_both`). The errors are over the other positions, scaled by
+    max(1, max|want|) over want's finite values. Different shapes: (inf, inf, 0)."""
+    import numpy as np
+
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return float("inf"), float("inf"), 0
+    g_nan, w_nan = np.isnan(got), np.isnan(want)
+    nan_mismatch = int(np.count_nonzero(g_nan != w_nan))
+    with np.errstate(invalid="ignore"):
+        diff = np.where((got == want) | g_nan | w_nan, 0.0, np.abs(got - want))
+    if not diff.size:
+        return 0.0, 0.0, nan_mismatch
+    e = float(diff.max())
+    finite = np.abs(want[np.isfinite(want)])
+    return e, e / max(1.0, float(finite.max()) if finite.size else 1.0), nan_mismatch
+
+
+def _nan_both(got, want):
+    """Positions where both sides are NaN: nothing was compared there, so validation
+    fails on any (an all-NaN PyTorch output and library output agree everywhere and
+    would otherwise pass with error 0)."""
+    import numpy as np
+
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return 0
+    return int(np.count_nonzero(np.isnan(got) & np.isnan(want)))
+
+
+def _runtime_needs(ex):
+    """What the exported library needs where it runs."""
+    import kokoro_lstm.tvm as kt
+
+    if not kt.uses_engine(ex):
+        return {"summary": "TVM runtime only (libtvm_runtime + libtvm_ffi)",
+                "engine_linked": False, "blas": None}
+    from kokoro_lstm import _build_config
+
+    return {"summary": "TVM runtime (libtvm_runtime + libtvm_ffi) and OpenBLAS; the kokoro_lstm "
+                       "engine is linked into the library (no Python, no kokoro_lstm install)",
+            "engine_linked": True, "blas": _build_config.BLAS,
+            "threads": "engine calls: the count compiled in (--num-threads), else "
+                       "KOKORO_LSTM_NUM_THREADS or the usable cores; TVM's own loops: "
+                       "TVM_NUM_THREADS"}
+
+
+def _versions():
+    import torch
+    import tvm
+
+    import kokoro_lstm
+
+    return {"kokoro_lstm": kokoro_lstm.__version__, "torch": torch.__version__,
+            "tvm": getattr(tvm, "__version__", "?")}
