@@ -161,6 +161,7 @@ NOT_TUNABLE = {
     "KL_VIEW_MAXD", "KL_CONV_MAX_LEN", "KL_CONV_MAX_PHASES",  # limits of what a call accepts
     "KL_HUGE_PAGE",                                            # the huge page size
     "KL_LCAP", "KL_WT",                                        # NVRTC -D parameters of a call
+    "KL_CUDA_COMMON_DEFINES",                                  # how many -D every module has
 }
 NOT_TUNABLE_PATTERN = re.compile(r"KL_(ARCH|HWCAP|HWCAP2)_\w+|KL_\w+_(ABI|H|NAME)$")
 NUMERIC = re.compile(r"^\(*(\((size_t|int64_t|uint64_t|int)\))?[\d.]+[uUlLf]*(\s*<<\s*\d+)?\)*$")
