@@ -22,7 +22,7 @@ hypothesis = require("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 import kokoro_lstm  # noqa: E402,F401  (registers the engine's functions with tvm_ffi)
-from kokoro_lstm.tvm import _dense  # noqa: E402
+from kokoro_lstm.tvm import dense  # noqa: E402
 
 # Examples per extern: about a minute for the whole file under ASan on 2 cores.
 EXAMPLES = int(os.environ.get("KOKORO_LSTM_FUZZ_EXAMPLES", "400"))
@@ -91,7 +91,7 @@ def test_fuzz_conv1d(data):
     x, w, b = _rand(rng, batch, cin, win), _rand(rng, cout, cin, k), _rand(rng, cout)
     W = w
     if panels == 1:
-        W = (_dense.pack_conv_panels(w) if min(cin, cout, k) >= 1
+        W = (dense.pack_conv_panels(w) if min(cin, cout, k) >= 1
              else _rand(rng, 2 + -(-cout // 32), 1, 32))   # never the packed shape
     y, aliased = _output(rng, (batch, cout, wout), x, alias)
     valid = (1 <= stride <= MAX_LEN and 1 <= dil <= MAX_LEN and 0 <= pl <= MAX_LEN
@@ -108,9 +108,9 @@ def test_fuzz_conv1d(data):
                     out[:, :, t] += x[:, :, p].astype(np.float64) @ w[:, :, j].T.astype(np.float64)
         return out + (b[None, :, None] if has_bias else 0.0)
 
-    cfg = _dense.Conv1dConfig(stride=stride, pad_l=pl, pad_r=pr, dilation=dil,
+    cfg = dense.Conv1dConfig(stride=stride, pad_l=pl, pad_r=pr, dilation=dil,
                               has_bias=int(has_bias), num_threads=nth, w_panels=panels)
-    _call(_dense.CONV1D_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y, ref)
+    _call(dense.CONV1D_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y, ref)
 
 
 # ---- transposed convs --------------------------------------------------------------------
@@ -145,15 +145,15 @@ def test_fuzz_conv1d_transpose(data):
               and 1 <= ksize <= MAX_LEN and stride % dil == 0 and panels in (0, 1))
     W = w
     if panels == 1:
-        W = (_dense.pack_conv_transpose_panels(w, stride, dil)
+        W = (dense.pack_conv_transpose_panels(w, stride, dil)
              if cfg_ok and min(cin, cout, k) >= 1
              else _rand(rng, 2 + -(-cout // 32), 1, 32))   # never the packed shape
     y, aliased = _output(rng, (batch, cout, wout), x, alias)
     valid = (cfg_ok and _ok_threads(nth) and cin >= 1 and cout >= 1 and ksize == k
              and not aliased)
-    cfg = _dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=ksize,
+    cfg = dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=ksize,
                                        has_bias=int(has_bias), num_threads=nth, w_panels=panels)
-    _call(_dense.CONV1D_TRANSPOSE_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y,
+    _call(dense.CONV1D_TRANSPOSE_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y,
           lambda: _conv_t_ref(x, w, b if has_bias else None, stride, dil, pad, wout, False))
 
 
@@ -169,9 +169,9 @@ def test_fuzz_conv1d_transpose_dw(data):
     y, aliased = _output(rng, (batch, ch, wout), x, alias)
     valid = (1 <= stride <= MAX_LEN and 1 <= dil <= MAX_LEN and 0 <= pad <= MAX_LEN
              and _ok_threads(nth) and ch >= 1 and k >= 1 and not aliased)
-    cfg = _dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad, dilation=dil,
+    cfg = dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad, dilation=dil,
                                          has_bias=int(has_bias), num_threads=nth)
-    _call(_dense.CONV1D_TRANSPOSE_DW_FUNC, cfg, [x, w] + ([b] if has_bias else []) + [y], valid, y,
+    _call(dense.CONV1D_TRANSPOSE_DW_FUNC, cfg, [x, w] + ([b] if has_bias else []) + [y], valid, y,
           lambda: _conv_t_ref(x, w, b if has_bias else None, stride, dil, pad, wout, True))
 
 
@@ -193,7 +193,7 @@ def test_fuzz_matmul(data):
     Bm = _rand(rng, K, N)                      # op(B), shared by the batch
     B = np.ascontiguousarray(Bm.T) if trans_b == 1 else Bm
     if panels == 1:
-        B = _dense.pack_panels(Bm.T.copy(), True) if N >= 1 else _rand(rng, 0, K, 32)
+        B = dense.pack_panels(Bm.T.copy(), True) if N >= 1 else _rand(rng, 0, K, 32)
     bias = _rand(rng, N)
     C, aliased = _output(rng, (batch, M, N), A if alias == "A" else B, alias is not None)
     valid = (trans_b in (0, 1) and act in (0, 1) and panels in (0, 1) and _ok_threads(nth)
@@ -203,9 +203,9 @@ def test_fuzz_matmul(data):
         out = A.astype(np.float64) @ Bm.astype(np.float64) + (bias if has_bias else 0.0)
         return _gelu(out) if act == 1 else out
 
-    cfg = _dense.MatmulConfig(trans_b=trans_b, has_bias=int(has_bias), num_threads=nth, act=act,
+    cfg = dense.MatmulConfig(trans_b=trans_b, has_bias=int(has_bias), num_threads=nth, act=act,
                               b_panels=panels)
-    _call(_dense.MATMUL_FUNC, cfg, [A, B] + ([bias] if has_bias else []) + [C], valid, C, ref)
+    _call(dense.MATMUL_FUNC, cfg, [A, B] + ([bias] if has_bias else []) + [C], valid, C, ref)
 
 
 # ---- softmax -----------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_fuzz_softmax(data):
         e = np.exp(z - z.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
 
-    _call(_dense.SOFTMAX_FUNC, _dense.SoftmaxConfig(num_threads=nth), [x, y], valid, y, ref)
+    _call(dense.SOFTMAX_FUNC, dense.SoftmaxConfig(num_threads=nth), [x, y], valid, y, ref)
 
 
 # ---- attention ---------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_fuzz_attention(data):
     B, H, L, S, D = (d(st.integers(0, 3)) for _ in range(5))
     layouts = [d(st.sampled_from([0, 1, 0, 1, 2])) for _ in range(4)]
     mask_rank = d(st.sampled_from([None, None, 2, 3, 4, 4, 5, 8]))
-    scale_bits = d(st.sampled_from([_dense.f32_bits(0.5), _dense.f32_bits(0.5), 2**32, -2**31 - 1]))
+    scale_bits = d(st.sampled_from([dense.f32_bits(0.5), dense.f32_bits(0.5), 2**32, -2**31 - 1]))
     nth, alias = d(THREADS), d(st.sampled_from([None, None, None, "q", "v"]))
     q, k, v = _rand(rng, B, H, L, D), _rand(rng, B, H, S, D), _rand(rng, B, H, S, D)
     mask = None
@@ -268,10 +268,10 @@ def test_fuzz_attention(data):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return np.einsum("bhls,bhsd->bhld", e / e.sum(axis=-1, keepdims=True), v.astype(np.float64))
 
-    cfg = _dense.AttentionConfig(q_layout=layouts[0], k_layout=layouts[1], v_layout=layouts[2],
+    cfg = dense.AttentionConfig(q_layout=layouts[0], k_layout=layouts[1], v_layout=layouts[2],
                                  o_layout=layouts[3], has_mask=int(mask is not None),
                                  scale_bits=scale_bits, num_threads=nth)
-    _call(_dense.ATTENTION_FUNC, cfg, args, valid, o, ref)
+    _call(dense.ATTENTION_FUNC, cfg, args, valid, o, ref)
 
 
 def test_fuzz_runs_the_build_it_was_asked_for():
