@@ -75,13 +75,19 @@ def _ok_threads(n):
     return 0 <= n <= 2**31 - 1
 
 
+def _start(data, *bounds):
+    """A test's first draws: the draw function, a seeded generator and sizes in
+    0..bound for each bound."""
+    d = data.draw
+    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    return d, rng, [d(st.integers(0, n)) for n in bounds]
+
+
 # ---- conv1d ------------------------------------------------------------------------------
 @FUZZ
 @given(st.data())
 def test_fuzz_conv1d(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, cin, cout, k, win = (d(st.integers(0, n)) for n in (2, 3, 3, 5, 7))
+    d, rng, (batch, cin, cout, k, win) = _start(data, 2, 3, 3, 5, 7)
     stride, dil, pl, pr = d(LEN), d(LEN), d(LEN), d(LEN)
     panels, nth = d(st.sampled_from([0, 1, 0, 1, 2])), d(THREADS)
     has_bias, alias = d(st.booleans()), d(st.sampled_from([False, True]))
@@ -133,9 +139,7 @@ def _conv_t_ref(x, w, b, stride, dil, pad, wout, depthwise):
 @FUZZ
 @given(st.data())
 def test_fuzz_conv1d_transpose(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, cin, cout, k, win, wout = (d(st.integers(0, n)) for n in (2, 3, 3, 3, 5, 10))
+    d, rng, (batch, cin, cout, k, win, wout) = _start(data, 2, 3, 3, 3, 5, 10)
     stride, dil, pad = d(LEN), d(LEN), d(LEN)
     ksize = d(st.one_of(st.just(k), st.just(k), LEN))
     panels, nth = d(st.sampled_from([0, 1, 0, 1, 3])), d(THREADS)
@@ -160,9 +164,7 @@ def test_fuzz_conv1d_transpose(data):
 @FUZZ
 @given(st.data())
 def test_fuzz_conv1d_transpose_dw(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, ch, k, win, wout = (d(st.integers(0, n)) for n in (2, 3, 3, 5, 10))
+    d, rng, (batch, ch, k, win, wout) = _start(data, 2, 3, 3, 5, 10)
     stride, dil, pad, nth = d(LEN), d(LEN), d(LEN), d(THREADS)
     has_bias, alias = d(st.booleans()), d(st.sampled_from([False, True]))
     x, w, b = _rand(rng, batch, ch, win), _rand(rng, ch, 1, k), _rand(rng, ch)
@@ -183,9 +185,7 @@ def _gelu(x):
 @FUZZ
 @given(st.data())
 def test_fuzz_matmul(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, M, K, N = d(st.integers(0, 2)), d(st.integers(0, 5)), d(st.integers(0, 5)), d(st.integers(0, 40))
+    d, rng, (batch, M, K, N) = _start(data, 2, 5, 5, 40)
     trans_b, act, panels = d(st.sampled_from([0, 1, 2])), d(st.sampled_from([0, 1, 2])), d(st.sampled_from([0, 1, 5]))
     nth, has_bias = d(THREADS), d(st.booleans())
     alias = d(st.sampled_from([None, None, None, "A", "B"]))
@@ -212,8 +212,7 @@ def test_fuzz_matmul(data):
 @FUZZ
 @given(st.data())
 def test_fuzz_softmax(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    d, rng, _ = _start(data)
     shape = tuple(d(st.lists(st.integers(0, 4), min_size=1, max_size=3)))
     nth, alias = d(THREADS), d(st.sampled_from([False, False, True]))
     x = _rand(rng, *shape)
@@ -234,9 +233,7 @@ def test_fuzz_softmax(data):
 @FUZZ
 @given(st.data())
 def test_fuzz_attention(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    B, H, L, S, D = (d(st.integers(0, 3)) for _ in range(5))
+    d, rng, (B, H, L, S, D) = _start(data, 3, 3, 3, 3, 3)
     layouts = [d(st.sampled_from([0, 1, 0, 1, 2])) for _ in range(4)]
     mask_rank = d(st.sampled_from([None, None, 2, 3, 4, 4, 5, 8]))
     scale_bits = d(st.sampled_from([dense.f32_bits(0.5), dense.f32_bits(0.5), 2**32, -2**31 - 1]))
