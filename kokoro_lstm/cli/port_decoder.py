@@ -45,12 +45,12 @@ from ._common import (DEFAULT_TOL, Staging, _nan_both, _Parser, _Progress, _chec
                       check_seed, check_thread_env, check_writable_dir, port_main,
                       run_reports, write_report)
 from ._components import UsageError
+from ..tvm.dense.configs import DENSE_METHODS
 
 __all__ = ["build_parser", "add_arguments", "main", "run", "port", "parse_seq_lens",
            "library_path"]
 
 PROG = "kokoro-lstm port-decoder"
-DENSE_METHODS = ("native", "tvm")
 DEFAULT_FRAMES = 150
 #: the Decoder's instance norms need two frames (PyTorch refuses one)
 MIN_FRAMES = 2

@@ -45,12 +45,12 @@ from ._common import (DEFAULT_TOL, Staging, _as_list, _check_target, _compare, _
                       check_num_threads, check_seed, check_thread_env, check_writable_dir,
                       parse_target, port_main, run_reports, write_report)
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
+from ..tvm.dense.configs import DENSE_METHODS
 
 __all__ = ["build_parser", "main", "run", "port", "format_table", "parse_target"]
 
 PROG = "kokoro-lstm port-encoder"
 LSTM_METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
-DENSE_METHODS = ("native", "tvm")
 
 # ----------------------------------------------------------------------------------
 # Arguments
