@@ -217,11 +217,11 @@ typedef struct kl_softmax_args {
   float* y;
   int num_threads;
 } kl_softmax_args;
-kl_status kl_softmax_check(int64_t num_threads, const DLTensor* x, const DLTensor* y,
-                           kl_softmax_args* out);
 typedef struct kl_softmax_config {
   int64_t num_threads;
 } kl_softmax_config;
+kl_status kl_softmax_check(const kl_softmax_config* cfg, const DLTensor* x, const DLTensor* y,
+                           kl_softmax_args* out);
 kl_status kl_softmax_forward(const kl_softmax_config* cfg, const DLTensor* x, const DLTensor* y);
 
 /* layouts 0 [B, H, rows, D] or 1 [B, rows, H, D]; scale_bits: the float32 scale's

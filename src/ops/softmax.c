@@ -33,16 +33,16 @@ kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int 
 /* ---- the entry over DLTensors: the check, then the operator --------------------------- */
 kl_status kl_softmax_forward(const kl_softmax_config* cfg, const DLTensor* x, const DLTensor* y) {
   kl_softmax_args a;
-  const kl_status st = kl_softmax_check(cfg->num_threads, x, y, &a);
+  const kl_status st = kl_softmax_check(cfg, x, y, &a);
   return st ? st : kl_f32_softmax(a.rows, a.n, a.x, a.y, a.num_threads);
 }
 
-kl_status kl_softmax_check(int64_t num_threads, const DLTensor* xt, const DLTensor* yt,
+kl_status kl_softmax_check(const kl_softmax_config* cfg, const DLTensor* xt, const DLTensor* yt,
                            kl_softmax_args* out) {
   kl_status st;
   kl_view x, y;
   memset(out, 0, sizeof(*out));
-  if ((st = kl_check_threads(num_threads, &out->num_threads)) ||
+  if ((st = kl_check_threads(cfg->num_threads, &out->num_threads)) ||
       (st = kl_view_f32(xt, "x", 1, KL_VIEW_MAXD, &x)) ||
       (st = kl_view_f32(yt, "y", 1, KL_VIEW_MAXD, &y)))
     return st;
