@@ -5,7 +5,7 @@
 #   make ext          the extension rebuilt in place (setup.py build_ext --inplace: incremental)
 #   make test         venv + C core test (ctest, FAIL lines and a summary) + pytest -q -rs tests/
 #                     (skip reasons listed) with KOKORO_LSTM_REQUIRE=1
-#   make ctest        the C core test program (src/tests/test_core.c); python3 runs the build
+#   make ctest        the C core test program (tests/c, one file per concern); python3 runs the build
 #   make asan         the same under AddressSanitizer + UBSan (leak checking on), then
 #                     make asan-fuzz: the dense externs' configs fuzzed (hypothesis) against
 #                     the extension built with ASan + UBSan (build-c/asan-ext)
@@ -38,7 +38,7 @@
 # kl_build.py, for the extension (setup.py) and the C programs alike; the targets
 # below only call it. BLAS: KOKORO_LSTM_BLAS=auto (default: the system OpenBLAS via
 # pkg-config, else the scipy-openblas32 wheel from .venv), system, or
-# scipy-openblas32; `ref` (C programs only) links src/tests/refblas instead.
+# scipy-openblas32; `ref` (C programs only) links tests/c/refblas instead.
 # Every build from here has -Werror (KOKORO_LSTM_WERROR=1; a pip install has not).
 
 SHELL := /bin/bash
@@ -215,7 +215,7 @@ debian-test:
 	    $(DEB_PY) -m pytest -q -p no:cacheprovider $(DEB_TESTS)
 
 # ---- aarch64 (cross-compiled, run under qemu) and the portable (non-Linux) paths ------
-# The core and src/tests/test_core.c built with Debian's aarch64 cross compiler against
+# The core and its C test (tests/c) built with Debian's aarch64 cross compiler against
 # the reference BLAS, run under qemu-aarch64: once with every ISA the emulated CPU has
 # (qemu's `max` CPU: neon and neon-bf16), once per KOKORO_LSTM_ISA, and on a CPU without
 # BF16 (cortex-a72: detection must stop at neon).

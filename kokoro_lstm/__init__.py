@@ -44,33 +44,35 @@ def _preload_blas() -> None:
 _preload_blas()
 
 
-def _point_at_nvrtc() -> None:
-    """CUDA tensors are compiled for with NVRTC, which the engine loads at its
-    first CUDA call: point it (KOKORO_LSTM_NVRTC) at the nvidia-cuda-nvrtc wheel's
-    library when one is installed (CUDA PyTorch brings it), unless the variable is set."""
+def _find_nvrtc():
+    """The nvidia-cuda-nvrtc wheel's libnvrtc when one is installed (CUDA PyTorch
+    brings it), else None: the engine loads it at its first CUDA call, unless the
+    user's KOKORO_LSTM_NVRTC names another."""
     import importlib.util
     import os
 
-    if os.environ.get("KOKORO_LSTM_NVRTC"):
-        return
     try:
         spec = importlib.util.find_spec("nvidia")
     except (ImportError, ValueError):
-        return
+        return None
     for root in (spec.submodule_search_locations or []) if spec else []:
         for rel in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.13",
                     "cuda_nvrtc/lib/libnvrtc.so.12"):
             path = os.path.join(root, rel)
             if os.path.exists(path):
-                os.environ["KOKORO_LSTM_NVRTC"] = path
-                return
+                return path
+    return None
 
 
-_point_at_nvrtc()
+_NVRTC_PATH = _find_nvrtc()
 
 from typing import Any, Dict  # noqa: E402
 
 from . import _core, _threads  # noqa: E402
+
+if _NVRTC_PATH:
+    _core.set_nvrtc_path(_NVRTC_PATH)
+
 from ._threads import get_num_threads, set_num_threads  # noqa: E402
 from .numpy_api import LSTM, cache_info, clear_cache, default_num_threads, lstm_forward  # noqa: E402
 

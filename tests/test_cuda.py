@@ -18,22 +18,37 @@ from kokoro_lstm import _core, reference
 from conftest import REQUIRE
 
 
-def _nvrtc_found():
-    return bool(os.environ.get("KOKORO_LSTM_NVRTC"))
+def _nvrtc_path():
+    """The libnvrtc the engine loads: the user's KOKORO_LSTM_NVRTC, else the wheel's."""
+    return os.environ.get("KOKORO_LSTM_NVRTC") or kokoro_lstm._NVRTC_PATH
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile(arch):
-    if not _nvrtc_found() and not REQUIRE:
+    if not _nvrtc_path() and not REQUIRE:
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc)")
     _core.cuda_compile_check(arch)
 
 
 def test_compile_error_is_reported():
-    if not _nvrtc_found() and not REQUIRE:
+    if not _nvrtc_path() and not REQUIRE:
         pytest.skip("NVRTC not installed")
     with pytest.raises(RuntimeError, match="gpu-architecture"):
         _core.cuda_compile_check("sm_5")
+
+
+def test_import_writes_no_environment():
+    """Importing kokoro_lstm leaves os.environ alone: the wheel's NVRTC path goes to
+    the engine (kl_cuda_set_nvrtc_path), which then compiles without the variable."""
+    import subprocess
+    import sys
+
+    code = ("import os; before = dict(os.environ); import kokoro_lstm; "
+            "assert dict(os.environ) == before, 'import wrote os.environ'; "
+            "kokoro_lstm._NVRTC_PATH and kokoro_lstm._core.cuda_compile_check('sm_80')")
+    env = {k: v for k, v in os.environ.items() if k != "KOKORO_LSTM_NVRTC"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
 
 
 class _DLDevice(ctypes.Structure):
@@ -507,7 +522,8 @@ def gpu_runner(tmp_path_factory):
     assert cudart, "no libcudart.so.13 (nvidia-cuda-runtime) for TVM's CUDA runtime"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["LD_LIBRARY_PATH"] = os.pathsep.join([lib, cudart])
-    assert env.get("KOKORO_LSTM_NVRTC"), "the engine in the artifacts needs NVRTC"
+    env["KOKORO_LSTM_NVRTC"] = _nvrtc_path() or ""
+    assert env["KOKORO_LSTM_NVRTC"], "the engine in the artifacts needs NVRTC"
     return str(exe), env
 
 

@@ -58,7 +58,7 @@ def reference(dist, n, seed, stream):
 
 @pytest.mark.parametrize("ctr,key,want", KAT)
 def test_python_philox_known_answers(ctr, key, want):
-    """The test's own Philox is Random123's (the C one is checked in src/tests/test_core.c)."""
+    """The test's own Philox is Random123's (the C one is checked in tests/c/test_random.c)."""
     assert philox(ctr, key) == want
 
 

@@ -13,7 +13,7 @@
 #define kl_blas_get_num_threads scipy_openblas_get_num_threads
 #define kl_blas_set_num_threads scipy_openblas_set_num_threads
 #else
-#ifdef KL_BLAS_REF /* src/tests/refblas: the cross-compiled C test only */
+#ifdef KL_BLAS_REF /* tests/c/refblas: the cross-compiled C test only */
 #define KL_BLAS_NAME "reference cblas (C test)"
 #else
 #define KL_BLAS_NAME "openblas (system)"

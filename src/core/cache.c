@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "cache.h"
-#include "kl_cuda.h"
 #include "kokoro_lstm_testing.h"
 #include "scratch.h"
 
@@ -301,8 +300,7 @@ kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* 
   return KL_OK;
 }
 
-void kl_cache_clear(void) {
-  kl_cuda_clear();
+void kl_cache_clear_cpu(void) {
   pthread_mutex_lock(&g_lock);
   while (g_n > 0) remove_locked(g_n - 1);
   g_stats = (kl_cache_stats){0, 0, 0, 0, 0, 0};

@@ -1,11 +1,11 @@
-/* The weight cache (cache.c), used by kl_lstm_forward (forward.c). */
+/* The weight cache (cache.c), used by the CPU backend (run_cpu.c). */
 #ifndef KL_CACHE_H
 #define KL_CACHE_H
 #include "engine.h"
 
 typedef struct kl_centry kl_centry;
 
-/* Index of the owner token in a key (forward.c builds the keys). */
+/* Index of the owner token in a key (run_cpu.c builds the keys). */
 #define KL_CACHE_KEY_OWNER 10
 
 /* The cached entry for this key (a reference the caller releases), or NULL. */
@@ -27,5 +27,7 @@ kl_status kl_cache_pack(const int64_t* key, size_t key_len, const kl_lstm_desc* 
                         int nth, int count_miss, kl_centry** out);
 void kl_cache_release(kl_centry* e);
 const kl_lstm* kl_centry_lstm(const kl_centry* e);
+/* Empties the cache: the CPU row of kl_cache_clear (backend.c). */
+void kl_cache_clear_cpu(void);
 
 #endif

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "call.h" /* kl_wsrc, the layout rule */
+#include "error.h"
 #include "kokoro_lstm.h"
 #include "kokoro_lstm_testing.h" /* implemented by the core (cpu.c, threadpool.c) */
 
@@ -140,13 +142,10 @@ kl_f32_rmoments_fn kl_select_rmoments(void);
 typedef float (*kl_f32_rsum_fn)(size_t n, const float* x);
 kl_f32_rsum_fn kl_select_rsum(void);
 
-/* Sets this thread's kl_last_error() message. */
-void kl_set_error(const char* msg);
-
 /* The bytes a DLTensor of esz-byte elements may touch, [*lo, *hi), from its shape
  * and strides (dimensions of size 1 do not move); 0 when it is empty, else 1. A
  * span that overflows gives the whole address space, which overlaps everything.
- * Outputs are checked against inputs with it (forward.c, src/ops/check.c). */
+ * Outputs are checked against inputs with it (call.c, src/ops/check.c). */
 static inline int kl_dl_extent(const DLTensor* t, int64_t esz, uintptr_t* lo, uintptr_t* hi) {
   int64_t a = 0, b = 0, compact = 1;
   int ovf = 0;
@@ -172,19 +171,6 @@ static inline int kl_dl_extent(const DLTensor* t, int64_t esz, uintptr_t* lo, ui
   *hi = base + (uintptr_t)hi_b;
   return 1;
 }
-
-/* ---- weights as found in caller memory (the CPU and CUDA backends) ---- */
-/* The rows (t, b) of a [T, B, K] tensor with these strides as one strided
- * sequence: row stride ld, row (t, b) = t*gt + b*gb. 0 if they are not one. */
-int kl_row_layout(int64_t T, int64_t B, int64_t s_t, int64_t s_b, int64_t K, int64_t* ld, int64_t* gt,
-                  int64_t* gb);
-
-/* One (layer, direction): row strides in elements (feature stride 1) for the
- * matrices, an element stride for the biases. */
-typedef struct kl_wsrc {
-  const void *w_ih, *w_hh, *b_ih, *b_hh, *w_hr;
-  int64_t ld_ih, ld_hh, ld_hr, s_bi, s_bh;
-} kl_wsrc;
 
 /* 128-bit fingerprint of strided rows of bytes (the weight cache's staleness
  * check; fingerprint.c). Deterministic: independent of the thread count. */

@@ -135,6 +135,12 @@ kl_status kl_lstm_forward(const kl_forward_args* args);
  * allocate nothing and may be captured in CUDA graphs. A missing driver or NVRTC,
  * or a failed launch, is KL_ERR_DEVICE with the reason in kl_last_error(). */
 
+/* The NVRTC library to load when $KOKORO_LSTM_NVRTC is not set (the variable is
+ * the user's override), before libnvrtc.so.13 and .12; NULL or "" forgets it.
+ * Read at the first CUDA call: later calls change nothing. KL_ERR_ARG if the path
+ * is longer than 1023 bytes. */
+kl_status kl_cuda_set_nvrtc_path(const char* path);
+
 /* The message of this thread's last failed kl_lstm_forward (or ""). */
 const char* kl_last_error(void);
 

@@ -44,7 +44,7 @@ KL_INLINE KL_VF KL_VNAME(tanh)(KL_VF x) {
 /* sin(x)^2 for |x| <= KL_SINSQ_RANGE (internal.h; beyond it, and for inf and NaN, the kernels
  * take libm's sinf). sin^2 has period pi: x = q pi + r with pi in four parts
  * (q pi exact for such q), then sin(r) = r + r^3 P(r^2) on [-pi/2, pi/2]; within
- * 6 ulp of sin(x)^2 over the range (test_core.c). */
+ * 6 ulp of sin(x)^2 over the range (tests/c/test_kernels_vector.c). */
 KL_INLINE KL_VF KL_VNAME(sinsq)(KL_VF x) {
   const KL_VF q = KL_VROUND(KL_VMUL(x, KL_VSET1(0.318309886183790671538f)));
   KL_VF r = KL_VFNMADD(q, KL_VSET1(3.140625f), x);

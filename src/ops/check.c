@@ -1,20 +1,9 @@
 /* Argument checks shared by the operators (see check.h). */
 #include "check.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "internal.h"
-
-kl_status kl_fail(const char* fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  kl_set_error(msg);
-  return KL_ERR_ARG;
-}
 
 static const char* dtype_str(int code, int bits, char* buf, size_t n) {
   snprintf(buf, n, "%s%d", code == kDLFloat ? "float" : code == kDLInt ? "int" : "dtype code ?", bits);

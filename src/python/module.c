@@ -305,6 +305,21 @@ static PyObject* mod_cuda_compile_check(PyObject* m, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+/* set_nvrtc_path(path): the NVRTC library the first CUDA call loads, unless
+ * $KOKORO_LSTM_NVRTC is set (kl_cuda_set_nvrtc_path). */
+static PyObject* mod_set_nvrtc_path(PyObject* m, PyObject* arg) {
+  (void)m;
+  PyObject* path = NULL;
+  if (!PyUnicode_FSConverter(arg, &path)) return NULL;
+  const kl_status s = kl_cuda_set_nvrtc_path(PyBytes_AS_STRING(path));
+  Py_DECREF(path);
+  if (s != KL_OK) {
+    PyErr_SetString(PyExc_ValueError, kl_last_error());
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject* mod_cache_clear(PyObject* m, PyObject* unused) {
   (void)m, (void)unused;
   kl_cache_clear();
@@ -707,6 +722,7 @@ static PyMethodDef module_methods[] = {
      "the C entry kl_lstm_forward (GIL released)."},
     {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM and the CUDA work buffers."},
     {"cuda_compile_check", mod_cuda_compile_check, METH_O, "cuda_compile_check(arch): compile the CUDA kernels for arch ('sm_80', 'sm_90a') with NVRTC; raises RuntimeError with its log."},
+    {"set_nvrtc_path", mod_set_nvrtc_path, METH_O, "set_nvrtc_path(path): the libnvrtc the first CUDA call loads unless KOKORO_LSTM_NVRTC is set."},
     {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters, and the bytes of work buffers kept for reuse."},
     {"cache_drop_owner", mod_cache_drop_owner, METH_O, "Drop the cache entries of one owner token."},
     {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},

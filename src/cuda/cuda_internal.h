@@ -1,0 +1,56 @@
+/* Inside the CUDA backend: the driver and NVRTC (module.c), the devices and their
+ * work memory (device.c); the plan is cuda_plan.h, the kernels' parameters params.cuh. */
+#ifndef KL_CUDA_INTERNAL_H
+#define KL_CUDA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_api.h"
+#include "error.h"
+#include "kl_cuda.h"
+
+/* module.c: the libraries, NULL (and the reason as the error) when missing. */
+const kl_cu_api* kl_cu(void);
+const kl_nvrtc_api* kl_nvrtc(void);
+const char* kl_cu_error(CUresult r);
+/* Sets "<what>: <the driver's reason> (error r)" as the error; returns KL_ERR_DEVICE. */
+kl_status kl_cu_fail(CUresult r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Returns kl_cu_fail(...) from the enclosing function when the driver call fails. */
+#define KL_CU_TRY(call, ...)                             \
+  do {                                                   \
+    const CUresult kl_cu_r_ = (call);                    \
+    if (kl_cu_r_) return kl_cu_fail(kl_cu_r_, __VA_ARGS__); \
+  } while (0)
+
+/* The kernels of one module (kernels.def), and launch facts kept for the next
+ * calls (atomics; 0 = not yet known). */
+typedef struct kl_cuda_kernels {
+  CUmodule mod;
+#define KL_CUDA_KERNEL(field, name, cluster_only) CUfunction field;
+#include "kernels.def"
+#undef KL_CUDA_KERNEL
+  int max_clusters; /* clusters of the cluster kernel resident at once */
+  int smem_bytes;   /* the cluster kernel's dynamic shared memory limit as set */
+} kl_cuda_kernels;
+/* The embedded kernels built with these -D options for the device (cached per
+ * process, then on disk); the device's context is current. cluster is NULL
+ * below sm_90 or without KL_C. NULL and the error on failure. */
+kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int ndefines);
+/* Compiles the kernels for arch ("sm_80", "sm_90a", ...) with these options,
+ * nothing loaded: KL_OK, or KL_ERR_DEVICE and the compiler's log as the error. */
+kl_status kl_cuda_compile_only(const char* arch, const char* const* defines, int ndefines);
+
+/* device.c: a device's context and facts (kept for the process). */
+typedef struct kl_cuda_device {
+  struct kl_cuda_device* next;
+  int id;
+  CUdevice dev;
+  CUcontext ctx;
+  int major, sms, cluster, smem_optin;
+} kl_cuda_device;
+const kl_cuda_device* kl_cuda_device_get(const kl_cu_api* cu, int id);
+/* At least size bytes of device memory for calls on (device, stream); 0 and the error on failure. */
+CUdeviceptr kl_cuda_workspace(const kl_cu_api* cu, int id, void* stream, size_t size);
+
+#endif /* KL_CUDA_INTERNAL_H */
