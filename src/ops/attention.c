@@ -120,7 +120,7 @@ kl_status kl_f32_attention(const kl_attention_args* a) {
   j.a = a;
   j.nblk = kl_cdiv(a->L, KL_ATTN_ROWS);
   j.ntasks = a->batch * a->heads * j.nblk;
-  j.softmax = kl_dense_kernels_active()->softmax;
+  j.softmax = kl_dense_kernels_active().softmax;
   atomic_init(&j.next, 0);
   const double macs = 2.0 * (double)a->batch * (double)a->heads * (double)a->L * (double)a->S *
                       (double)a->D;
@@ -128,7 +128,7 @@ kl_status kl_f32_attention(const kl_attention_args* a) {
   if (nth > j.ntasks) nth = (int)j.ntasks;
   j.rows = a->L < KL_ATTN_ROWS ? a->L : KL_ATTN_ROWS;
   j.lds = a->S + KL_ATTN_PAD;
-  j.kern = kl_dense_kernels_active()->pgemm;
+  j.kern = kl_dense_kernels_active().pgemm;
   j.kp_size = (size_t)(kl_cdiv(a->S, KL_PGEMM_NR) * KL_PGEMM_NR * a->D);
   j.vp_size = (size_t)(kl_cdiv(a->D, KL_PGEMM_NR) * KL_PGEMM_NR * a->S);
   const size_t npanel = (size_t)(a->batch * a->heads) * (j.kp_size + j.vp_size);

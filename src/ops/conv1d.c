@@ -165,7 +165,7 @@ static kl_status conv1d_panels_direct(const kl_conv1d_args* a, int nth) {
   j.nblk = kl_cdiv(a->wout, KL_PGEMM_NR);
   j.runs = kl_cdiv(j.nblk, KL_DC_BLOCKS);
   j.ntasks = a->batch * j.runs;
-  j.kern = kl_dense_kernels_active()->pgemm;
+  j.kern = kl_dense_kernels_active().pgemm;
   atomic_init(&j.next, 0);
   const double macs = (double)a->batch * (double)(j.nblk * KL_PGEMM_NR) * (double)(j.K + 1) *
                       (double)a->cout;

@@ -11,17 +11,21 @@ static struct {
 } g_kernels[KL_ISA_COUNT];
 static pthread_mutex_t g_kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 
-const kl_dense_kernels* kl_dense_kernels_active(void) {
+kl_dense_kernels kl_dense_kernels_active(void) {
   const kl_isa isa = kl_isa_active();
-  if (!atomic_load_explicit(&g_kernels[isa].ready, memory_order_acquire)) {
-    pthread_mutex_lock(&g_kernels_lock);
-    if (!atomic_load_explicit(&g_kernels[isa].ready, memory_order_relaxed)) {
-      g_kernels[isa].k = (kl_dense_kernels){kl_select_f32_pgemm(), kl_select_vgelu(), kl_select_softmax()};
+  if (atomic_load_explicit(&g_kernels[isa].ready, memory_order_acquire)) return g_kernels[isa].k;
+  pthread_mutex_lock(&g_kernels_lock);
+  kl_dense_kernels k = g_kernels[isa].k;
+  if (!atomic_load_explicit(&g_kernels[isa].ready, memory_order_relaxed)) {
+    k = (kl_dense_kernels){kl_select_f32_pgemm(), kl_select_vgelu(), kl_select_softmax()};
+    /* kept for isa only if no kl_isa_set came in between (else picked again next time) */
+    if (kl_isa_active() == isa) {
+      g_kernels[isa].k = k;
       atomic_store_explicit(&g_kernels[isa].ready, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&g_kernels_lock);
   }
-  return &g_kernels[isa].k;
+  pthread_mutex_unlock(&g_kernels_lock);
+  return k;
 }
 
 void kl_dense_transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t m, int64_t n) {

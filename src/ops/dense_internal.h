@@ -14,13 +14,13 @@
 static inline int64_t kl_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The kernels of the active ISA level, each level's picked once per process (a
- * table filled on first use, thread-safe); kl_isa_set (a test hook) must not run
- * while an operator does. */
+ * table filled on first use, thread-safe; kl_isa_set, a test hook, takes effect at
+ * an operator's next call). */
 typedef struct kl_dense_kernels {
   kl_f32_pgemm_ukernel_fn pgemm;
   kl_f32_vunary_fn gelu, softmax;
 } kl_dense_kernels;
-const kl_dense_kernels* kl_dense_kernels_active(void);
+kl_dense_kernels kl_dense_kernels_active(void);
 
 /* The most rows of A one task of the panel kernels takes (matmul's B in panels,
  * the phases of a convolution). */

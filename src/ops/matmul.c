@@ -237,8 +237,8 @@ static kl_status pgemm(const kl_matmul_args* a, int nth) {
   pk_job j;
   j.a = a;
   j.scratch = NULL;
-  j.kern = kl_dense_kernels_active()->pgemm;
-  j.gelu = a->act == KL_ACT_GELU_TANH ? kl_dense_kernels_active()->gelu : NULL;
+  j.kern = kl_dense_kernels_active().pgemm;
+  j.gelu = a->act == KL_ACT_GELU_TANH ? kl_dense_kernels_active().gelu : NULL;
   j.np = kl_cdiv(a->N, KL_PGEMM_NR);
   j.rblocks = kl_cdiv(a->M, KL_PGEMM_MC);
   j.mb = kl_cdiv(a->M, j.rblocks);
@@ -281,7 +281,7 @@ kl_status kl_f32_matmul(const kl_matmul_args* a) {
   if (a->b_panels) return pgemm(a, nth);
   mm_job j;
   j.a = a;
-  j.gelu = a->act == KL_ACT_GELU_TANH ? kl_dense_kernels_active()->gelu : NULL;
+  j.gelu = a->act == KL_ACT_GELU_TANH ? kl_dense_kernels_active().gelu : NULL;
   mm_tiles(&j, macs);
   atomic_init(&j.next, 0);
   if (nth > j.ntasks) nth = (int)j.ntasks;

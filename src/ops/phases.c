@@ -154,7 +154,7 @@ static void ph_init(kl_ph_job* j, const kl_conv1d_args* a, const kl_gx_job* gx, 
   j->w_pstride = a->ksize * a->cin * KL_PGEMM_NR;
   j->bias = a->bias;
   j->y = a->y;
-  j->kern = kl_dense_kernels_active()->pgemm;
+  j->kern = kl_dense_kernels_active().pgemm;
 }
 
 kl_status kl_ph_convolve(const kl_conv1d_args* a, kl_gx_job* gx, int64_t nph, const float* w,

@@ -23,7 +23,7 @@ kl_status kl_f32_softmax(int64_t rows, int64_t n, const float* x, float* y, int 
   if (rows < 0 || n < 0) return KL_ERR_ARG;
   if (rows == 0 || n == 0) return KL_OK;
   if (!x || !y) return KL_ERR_ARG;
-  softmax_job j = {rows, n, x, y, kl_dense_kernels_active()->softmax};
+  softmax_job j = {rows, n, x, y, kl_dense_kernels_active().softmax};
   int nth = kl_threads_for_work(kl_threads_resolve(num_threads), (double)rows * (double)n,
                                 KL_DENSE_MIN_SOFTMAX);
   if (nth > rows) nth = (int)rows;
