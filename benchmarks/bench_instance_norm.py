@@ -15,7 +15,7 @@ import torch
 import tvm_ffi
 
 import kokoro_lstm.tvm  # noqa: F401  (registers the engine's functions)
-from kokoro_lstm.tvm import _dense
+from kokoro_lstm.tvm import dense
 
 F = torch.nn.functional
 
@@ -26,8 +26,8 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=31)
     a = p.parse_args()
-    fn = tvm_ffi.get_global_func(_dense.INSTANCE_NORM_FUNC)
-    eps = _dense.f64_bits(1e-5)
+    fn = tvm_ffi.get_global_func(dense.INSTANCE_NORM_FUNC)
+    eps = dense.f64_bits(1e-5)
     T = tvm_ffi.from_dlpack
     f = a.frames
     for C, L in ((1024, f), (512, 2 * f), (256, 20 * f), (128, 120 * f)):
@@ -38,8 +38,8 @@ def main():
         y = torch.empty_like(x)
         for nth in (int(n) for n in a.threads.split(",")):
             torch.set_num_threads(nth)
-            cfg_n = tvm_ffi.Shape(list(_dense.InstanceNormConfig(1, 1, 1, 0, 0, eps, nth)))
-            cfg_a = tvm_ffi.Shape(list(_dense.InstanceNormConfig(1, 1, 1, 1, 1, eps, nth)))
+            cfg_n = tvm_ffi.Shape(list(dense.InstanceNormConfig(1, 1, 1, 0, 0, eps, nth)))
+            cfg_a = tvm_ffi.Shape(list(dense.InstanceNormConfig(1, 1, 1, 1, 1, eps, nth)))
 
             def ours_norm():
                 fn(cfg_n, T(x), T(w), T(b), T(y))

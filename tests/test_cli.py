@@ -695,12 +695,12 @@ def test_target_variant_and_num_threads(tmp_path):
     assert r["target"] == "llvm -mcpu=x86-64 -num-cores=2" and '"mcpu":"x86-64"' in r["target_tvm"]
     assert r["num_threads"] == 1 and r["validation"]["passed"]
     # --num-threads is compiled into every dense extern call (their config's num_threads)
-    from kokoro_lstm.tvm import _dense
+    from kokoro_lstm.tvm import dense
 
     ir = (tmp_path / "f0n_ir.py").read_text()
     calls = re.findall(r'"(kokoro_lstm\.(?:matmul|conv1d|conv1d_transpose_dw)_v1)", '
                        r'\(R\.shape\(\[([0-9, ]+)\]\)', ir)
-    cfgs = [_dense.CONFIGS[name](*map(int, vals.split(", "))) for name, vals in calls]
+    cfgs = [dense.CONFIGS[name](*map(int, vals.split(", "))) for name, vals in calls]
     assert cfgs and all(c.num_threads == 1 for c in cfgs), cfgs
 
 

@@ -1,5 +1,5 @@
-"""The engine's dense externs (src/ops/dense.c, src/tvm/kl_tvm_dense.c) and their
-Relax rewrite (kokoro_lstm.tvm._dense), plus the CPU pipeline's power rewrite.
+"""The engine's dense externs (src/ops/, src/tvm/kl_tvm_dense.c) and their
+Relax rewrite (kokoro_lstm.tvm.dense), plus the CPU pipeline's power rewrite.
 
 Externs are called through tvm_ffi.get_global_func with tvm tensors (strided
 views come from torch through DLPack) and checked against NumPy in float64."""
@@ -15,7 +15,7 @@ tvm_ffi = require("tvm_ffi")
 from tvm import relax  # noqa: E402
 
 import kokoro_lstm.tvm as kt  # noqa: E402  (registers the engine's functions)
-from kokoro_lstm.tvm import _dense, _schedule  # noqa: E402
+from kokoro_lstm.tvm import _schedule, dense  # noqa: E402
 
 RTOL = 2e-5
 
@@ -39,15 +39,15 @@ def _close(got, want):
 
 
 def _cfg(cfg):
-    """An extern's config (one of _dense.CONFIGS' schemas) as the shape it is passed as."""
+    """An extern's config (one of dense.CONFIGS' schemas) as the shape it is passed as."""
     return tvm_ffi.Shape(list(cfg))
 
 
 def _matmul(A, B, C, bias=None, trans_b=False, nth=0):
-    cfg = _cfg(_dense.MatmulConfig(trans_b=int(trans_b), has_bias=int(bias is not None),
+    cfg = _cfg(dense.MatmulConfig(trans_b=int(trans_b), has_bias=int(bias is not None),
                                    num_threads=nth))
     args = [cfg, _t(A), _t(B)] + ([_t(bias)] if bias is not None else []) + [_t(C)]
-    _fn(_dense.MATMUL_FUNC)(*args)
+    _fn(dense.MATMUL_FUNC)(*args)
 
 
 def test_config_schemas_match_the_c_side():
@@ -58,14 +58,14 @@ def test_config_schemas_match_the_c_side():
 
     header = "".join(p.read_text() for p in sorted(
         (pathlib.Path(__file__).resolve().parents[1] / "src" / "tvm").glob("kl_tvm_*.h")))
-    for name, schema in _dense.CONFIGS.items():
+    for name, schema in dense.CONFIGS.items():
         op = name[len("kokoro_lstm."):-len("_v1")]
         body = re.search(r"enum kl_tvm_%s_cfg \{([^}]*)\}" % op, header)
         assert body, op
         prefix = f"KL_{op.upper()}_CFG_"
         fields = [f.strip()[len(prefix):].lower() for f in body.group(1).split(",") if f.strip()]
         assert fields == list(schema._fields) + ["n"], (op, fields)
-        assert schema().abi == _dense.ABI_VERSION
+        assert schema().abi == dense.ABI_VERSION
 
 
 # ----------------------------------------------------------------------------------
@@ -96,11 +96,11 @@ def test_matmul_against_numpy(a_shape, b_shape, trans_b, nth):
 
 def _matmul_panels(A, W, C, bias=None, trans=True, act=0, nth=0, packed=None):
     """matmul_v1 with B = op(W) packed in panels (config value b_panels = 1)."""
-    P = torch.from_numpy(_dense.pack_panels(W.numpy(), trans)) if packed is None else packed
-    cfg = _cfg(_dense.MatmulConfig(trans_b=int(trans), has_bias=int(bias is not None),
+    P = torch.from_numpy(dense.pack_panels(W.numpy(), trans)) if packed is None else packed
+    cfg = _cfg(dense.MatmulConfig(trans_b=int(trans), has_bias=int(bias is not None),
                                    num_threads=nth, act=act, b_panels=1))
     args = [cfg, _t(A), _t(P)] + ([_t(bias)] if bias is not None else []) + [_t(C)]
-    _fn(_dense.MATMUL_FUNC)(*args)
+    _fn(dense.MATMUL_FUNC)(*args)
 
 
 @pytest.mark.parametrize("a_shape,n,trans", [
@@ -164,9 +164,9 @@ def test_matmul_panels_errors():
         _matmul_panels(A, W, C, packed=torch.ones(2, 40, 32))        # N = 70 needs 3 panels
     with pytest.raises(ValueError, match=r"compact \[3, 40, 32\] tensor"):
         _matmul_panels(A, W, C, packed=torch.ones(3, 40, 64)[:, :, :32])  # not compact
-    cfg = _cfg(_dense.MatmulConfig(trans_b=1, b_panels=2))
+    cfg = _cfg(dense.MatmulConfig(trans_b=1, b_panels=2))
     with pytest.raises(ValueError, match="unknown B layout"):
-        _fn(_dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(C))
+        _fn(dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(C))
 
 
 def test_matmul_strided_views_and_bias():
@@ -201,13 +201,13 @@ def test_matmul_bitwise_independent_of_threads():
 
 
 def test_matmul_errors():
-    f = _fn(_dense.MATMUL_FUNC)
+    f = _fn(dense.MATMUL_FUNC)
     A, B, C = torch.randn(4, 5), torch.randn(6, 3), torch.empty(4, 3)
-    cfg = tvm_ffi.Shape(list(_dense.MatmulConfig())[:4])  # act and b_panels absent
+    cfg = tvm_ffi.Shape(list(dense.MatmulConfig())[:4])  # act and b_panels absent
     with pytest.raises(ValueError, match="shapes do not match"):
         f(cfg, _t(A), _t(B), _t(C))
     with pytest.raises(RuntimeError, match="recompile the module"):
-        f(_cfg(_dense.MatmulConfig(abi=99)), _t(A), _t(A.T.contiguous()), _t(torch.empty(4, 4)))
+        f(_cfg(dense.MatmulConfig(abi=99)), _t(A), _t(A.T.contiguous()), _t(torch.empty(4, 4)))
     with pytest.raises(TypeError, match="float32"):
         f(cfg, _t(A.double()), _t(torch.randn(5, 3)), _t(C))
     with pytest.raises(ValueError, match="stride 1"):
@@ -236,26 +236,26 @@ def test_conv1d_against_torch(cin, cout, k, stride, pad, dil, w, bias):
         torch.nn.functional.pad(x.double(), pad), wt.double(),
         b.double() if bias else None, stride=stride, dilation=dil).numpy()
     y = torch.full(want.shape, float("nan"))
-    cfg = _cfg(_dense.Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[1], dilation=dil,
+    cfg = _cfg(dense.Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[1], dilation=dil,
                                    has_bias=int(bias)))
-    _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), *([_t(b.view(1, cout, 1))] if bias else []), _t(y))
+    _fn(dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), *([_t(b.view(1, cout, 1))] if bias else []), _t(y))
     _close(y.numpy(), want)
 
 
 def test_conv1d_shape_error():
     x, wt, y = torch.randn(1, 4, 10), torch.randn(3, 4, 3), torch.empty(1, 3, 9)
-    cfg = tvm_ffi.Shape(list(_dense.Conv1dConfig(pad_l=1, pad_r=1))[:7])  # w_panels absent
+    cfg = tvm_ffi.Shape(list(dense.Conv1dConfig(pad_l=1, pad_r=1))[:7])  # w_panels absent
     with pytest.raises(ValueError, match="expected 10 output steps"):
-        _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), _t(y))
+        _fn(dense.CONV1D_FUNC)(cfg, _t(x), _t(wt), _t(y))
 
 
 def _conv_panels(x, wt, y, pad, bias=None, nth=0, packed=None, stride=1, dil=1):
     """conv1d_v1 with w packed in panels over (tap, channel) (config value w_panels = 1)."""
-    P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy())) if packed is None else packed
-    cfg = _cfg(_dense.Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[1], dilation=dil,
+    P = torch.from_numpy(dense.pack_conv_panels(wt.numpy())) if packed is None else packed
+    cfg = _cfg(dense.Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[1], dilation=dil,
                                    has_bias=int(bias is not None), num_threads=nth, w_panels=1))
     cout = y.shape[1]
-    _fn(_dense.CONV1D_FUNC)(cfg, _t(x), _t(P), *([_t(bias.view(1, cout, 1))] if bias is not None else []),
+    _fn(dense.CONV1D_FUNC)(cfg, _t(x), _t(P), *([_t(bias.view(1, cout, 1))] if bias is not None else []),
                             _t(y))
 
 
@@ -309,17 +309,17 @@ def test_conv1d_panels_nan_confined(stride, dil):
 def test_conv1d_panels_errors():
     x, wt = torch.randn(1, 4, 10), torch.randn(3, 4, 3)
     y = torch.empty(1, 3, 10)
-    P = torch.from_numpy(_dense.pack_conv_panels(wt.numpy()))
-    f = _fn(_dense.CONV1D_FUNC)
+    P = torch.from_numpy(dense.pack_conv_panels(wt.numpy()))
+    f = _fn(dense.CONV1D_FUNC)
     with pytest.raises(ValueError, match="stride 1 or dilation 1"):
-        f(_cfg(_dense.Conv1dConfig(stride=2, pad_l=2, pad_r=2, dilation=2, w_panels=1)), _t(x), _t(P),
+        f(_cfg(dense.Conv1dConfig(stride=2, pad_l=2, pad_r=2, dilation=2, w_panels=1)), _t(x), _t(P),
           _t(torch.empty(1, 3, 5)))
     with pytest.raises(ValueError, match=r"w packed in panels must be \[1, ksize \* 4, 32\]"):
         _conv_panels(x, wt, y, (1, 1), packed=torch.ones(1, 13, 32))   # 13 is no multiple of 4
     with pytest.raises(ValueError, match="w packed in panels must be"):
         _conv_panels(x, wt, torch.empty(1, 33, 10), (1, 1))             # 33 channels need 2 panels
     with pytest.raises(ValueError, match="unknown w layout"):
-        f(_cfg(_dense.Conv1dConfig(pad_l=1, pad_r=1, w_panels=2)), _t(x), _t(P), _t(y))
+        f(_cfg(dense.Conv1dConfig(pad_l=1, pad_r=1, w_panels=2)), _t(x), _t(P), _t(y))
     with pytest.raises(ValueError, match="expected 10 output steps"):
         _conv_panels(x, wt, torch.empty(1, 3, 9), (1, 1))
 
@@ -349,20 +349,20 @@ def test_conv1d_transpose_dw_against_torch(k, stride, pad, out_pad):
                                                 padding=pad, output_padding=out_pad,
                                                 groups=C).numpy()
     y = torch.full(want.shape, float("nan"))
-    cfg = _cfg(_dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad))
-    _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(cfg, _t(x), _t(wt), _t(y))
+    cfg = _cfg(dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad))
+    _fn(dense.CONV1D_TRANSPOSE_DW_FUNC)(cfg, _t(x), _t(wt), _t(y))
     _close(y.numpy(), want)
 
 
 def _conv_transpose(x, w, y, stride, pad, dil, bias=None, nth=0, panels=True, packed=None):
     """conv1d_transpose_v1 (groups 1), w packed by phase (w_panels = 1) or raw IOW."""
     if panels:
-        P = (torch.from_numpy(_dense.pack_conv_transpose_panels(w.numpy(), stride, dil))
+        P = (torch.from_numpy(dense.pack_conv_transpose_panels(w.numpy(), stride, dil))
              if packed is None else packed)
-    cfg = _cfg(_dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=w.shape[2],
+    cfg = _cfg(dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=w.shape[2],
                                             has_bias=int(bias is not None), num_threads=nth,
                                             w_panels=int(panels)))
-    _fn(_dense.CONV1D_TRANSPOSE_FUNC)(cfg, _t(x), _t(P if panels else w),
+    _fn(dense.CONV1D_TRANSPOSE_FUNC)(cfg, _t(x), _t(P if panels else w),
                                       *([_t(bias)] if bias is not None else []), _t(y))
 
 
@@ -441,19 +441,19 @@ def test_conv1d_transpose_nan_and_inf_propagate_as_torch():
 def test_conv1d_transpose_errors():
     x, wt = torch.randn(1, 4, 10), torch.randn(4, 3, 5)
     y = torch.empty(1, 3, 21)
-    f = _fn(_dense.CONV1D_TRANSPOSE_FUNC)
+    f = _fn(dense.CONV1D_TRANSPOSE_FUNC)
     with pytest.raises(ValueError, match="dilation not a divisor of stride"):
-        f(_cfg(_dense.Conv1dTransposeConfig(stride=2, dilation=3, ksize=5)), _t(x), _t(wt), _t(y))
+        f(_cfg(dense.Conv1dTransposeConfig(stride=2, dilation=3, ksize=5)), _t(x), _t(wt), _t(y))
     with pytest.raises(ValueError, match=r"w packed by phase must be \[1, 20, 32\]"):
         _conv_transpose(x, wt, y, 2, 1, 1, packed=torch.ones(1, 16, 32))
     with pytest.raises(ValueError, match="shapes do not match"):
         _conv_transpose(x, torch.randn(3, 3, 5), y, 2, 1, 1, panels=False)
     with pytest.raises(ValueError, match="unknown w layout"):
-        f(_cfg(_dense.Conv1dTransposeConfig(stride=2, ksize=5, w_panels=3)), _t(x), _t(wt), _t(y))
+        f(_cfg(dense.Conv1dTransposeConfig(stride=2, ksize=5, w_panels=3)), _t(x), _t(wt), _t(y))
     with pytest.raises(ValueError, match="bias must have one value"):
         _conv_transpose(x, wt, y, 2, 1, 1, bias=torch.randn(4))
     with pytest.raises(ValueError, match="does not divide"):
-        _dense.pack_conv_transpose_panels(wt.numpy(), 2, 3)
+        dense.pack_conv_transpose_panels(wt.numpy(), 2, 3)
 
 
 @pytest.mark.parametrize("stride,pad,dil", [(0, 0, 1), (2, -1, 1), (2, 0, 0)])
@@ -463,12 +463,12 @@ def test_conv1d_transpose_bad_stride_padding_dilation(stride, pad, dil):
     x, y = torch.randn(1, 4, 10), torch.empty(1, 4, 21)
     msg = r"invalid config \(stride, padding or dilation\)"
     with pytest.raises(ValueError, match=msg):
-        _fn(_dense.CONV1D_TRANSPOSE_FUNC)(
-            _cfg(_dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=3)),
+        _fn(dense.CONV1D_TRANSPOSE_FUNC)(
+            _cfg(dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=3)),
             _t(x), _t(torch.randn(4, 4, 3)), _t(y))
     with pytest.raises(ValueError, match=msg):
-        _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(
-            _cfg(_dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad, dilation=dil)),
+        _fn(dense.CONV1D_TRANSPOSE_DW_FUNC)(
+            _cfg(dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad, dilation=dil)),
             _t(x), _t(torch.randn(4, 1, 3)), _t(y))
 
 
@@ -543,7 +543,7 @@ def test_rewrite_linear_attention_and_conv():
     assert counts["conv1d_panels"] == 1  # its constant weight packed in panels
     assert counts["conv1d_transpose_panels"] == 1
     text = ex.as_text()  # the compiled VM calls every extern by name
-    assert all(n in text for n in set(_dense.CONFIGS) - {_dense.INSTANCE_NORM_FUNC}), text
+    assert all(n in text for n in set(dense.CONFIGS) - {dense.INSTANCE_NORM_FUNC}), text
     assert counts["softmax"] == 1
     assert kt.uses_engine(ex)
     np.testing.assert_allclose(got, want, rtol=1e-4)
@@ -656,7 +656,7 @@ def test_rewrite_torch_sdpa_decomposition(masked):
         want = model(x, mask).numpy()
     ep = torch.export.export(model, (x, mask))
     mod = kt.from_exported_program(ep)
-    mod, counts = _dense.rewrite_dense(mod, num_threads=2)
+    mod, counts = dense.rewrite_dense(mod, num_threads=2)
     assert counts.get("attention") == 1, counts
     text = mod.script(show_meta=False)
     assert "permute_dims" not in text and "softmax" not in text
@@ -695,7 +695,7 @@ def test_rewrite_torch_conv_transpose_weight_norm():
     with torch.no_grad():
         want = model(x).numpy()
     mod = kt.from_exported_program(torch.export.export(model, (x,)))
-    mod, counts = _dense.rewrite_dense(mod)
+    mod, counts = dense.rewrite_dense(mod)
     assert counts.get("conv1d_transpose") == 3 and counts.get("conv1d_transpose_panels") == 3, counts
     assert counts.get("conv1d_transpose_dw") == 1 and counts.get("bias_fused") == 2, counts
     assert "R.sqrt" not in mod.script(show_meta=False)       # the weight norm is gone
@@ -729,7 +729,7 @@ def test_rewrite_kokoro_custom_stft_convs():
     with torch.no_grad():
         want = model(x).numpy()
     mod = kt.from_exported_program(torch.export.export(model, (x,)))
-    mod, counts = _dense.rewrite_dense(mod)
+    mod, counts = dense.rewrite_dense(mod)
     assert counts.get("conv1d_panels") == 2 and counts.get("conv1d_transpose_panels") == 2, counts
     ex = tvm.compile(kt.prepare(mod), target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
@@ -800,7 +800,7 @@ def test_num_threads_compiled_into_engine_calls():
     text = mod.script(show_meta=False)
     want = cfg[:10] + [3] + cfg[11:]
     assert f"R.shape([{', '.join(map(str, want))}])" in text, text
-    assert f"R.shape([{', '.join(map(str, _dense.MatmulConfig(num_threads=3, b_panels=1)))}])" in text
+    assert f"R.shape([{', '.join(map(str, dense.MatmulConfig(num_threads=3, b_panels=1)))}])" in text
 
 
 # ----------------------------------------------------------------------------------
@@ -830,12 +830,12 @@ def test_softmax_against_numpy(isa):
             x = torch.randn(*shape, generator=g) * 10
             x.view(-1)[::3] = -1e30           # masked entries (-inf-like)
             y = torch.full(shape, float("nan"))
-            _fn(_dense.SOFTMAX_FUNC)(_cfg(_dense.SoftmaxConfig()), _t(x), _t(y))
+            _fn(dense.SOFTMAX_FUNC)(_cfg(dense.SoftmaxConfig()), _t(x), _t(y))
             np.testing.assert_allclose(y.numpy(), _softmax_ref(x.numpy()), rtol=1e-5, atol=1e-7)
         x = torch.full((2, 9), float("-inf"))
         x[1, 3] = 0.5
         y = torch.empty(2, 9)
-        _fn(_dense.SOFTMAX_FUNC)(_cfg(_dense.SoftmaxConfig(num_threads=2)), _t(x), _t(y))
+        _fn(dense.SOFTMAX_FUNC)(_cfg(dense.SoftmaxConfig(num_threads=2)), _t(x), _t(y))
         assert torch.isnan(y[0]).all()        # an all -inf row: NaN, as in PyTorch
         assert y[1, 3] == 1.0 and y[1].sum() == 1.0
     finally:
@@ -859,11 +859,11 @@ def _attn_ref(q, k, v, mask, scale):
 
 def _attention(q, k, v, o, mask=None, layouts=(0, 0, 0, 0), scale=0.125, nth=0):
     lq, lk, lv, lo = layouts
-    cfg = _cfg(_dense.AttentionConfig(q_layout=lq, k_layout=lk, v_layout=lv, o_layout=lo,
+    cfg = _cfg(dense.AttentionConfig(q_layout=lq, k_layout=lk, v_layout=lv, o_layout=lo,
                                       has_mask=int(mask is not None),
-                                      scale_bits=_dense.f32_bits(scale), num_threads=nth))
+                                      scale_bits=dense.f32_bits(scale), num_threads=nth))
     args = [cfg, _t(q), _t(k), _t(v)] + ([_t(mask)] if mask is not None else []) + [_t(o)]
-    _fn(_dense.ATTENTION_FUNC)(*args)
+    _fn(dense.ATTENTION_FUNC)(*args)
 
 
 def _bhld(x, layout):
@@ -954,9 +954,9 @@ def test_matmul_gelu_epilogue(M, K, N, bias):
     outs = []
     for nth in (1, 2):
         C = torch.full((M, N), 7.0)
-        cfg = tvm_ffi.Shape(list(_dense.MatmulConfig(trans_b=1, has_bias=int(bias), num_threads=nth,
+        cfg = tvm_ffi.Shape(list(dense.MatmulConfig(trans_b=1, has_bias=int(bias), num_threads=nth,
                                                      act=1))[:5])  # b_panels absent
-        _fn(_dense.MATMUL_FUNC)(*([cfg, _t(A), _t(W)] + ([_t(b)] if bias else []) + [_t(C)]))
+        _fn(dense.MATMUL_FUNC)(*([cfg, _t(A), _t(W)] + ([_t(b)] if bias else []) + [_t(C)]))
         outs.append(C)
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
     want = A.double().numpy() @ W.double().numpy().T + (b.double().numpy() if bias else 0.0)
@@ -966,8 +966,8 @@ def test_matmul_gelu_epilogue(M, K, N, bias):
     ok = ~np.isnan(want)
     _close(got[ok], want[ok])
     with pytest.raises(ValueError, match="activation"):
-        cfg = _cfg(_dense.MatmulConfig(trans_b=1, num_threads=1, act=9))
-        _fn(_dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(torch.empty(M, N)))
+        cfg = _cfg(dense.MatmulConfig(trans_b=1, num_threads=1, act=9))
+        _fn(dense.MATMUL_FUNC)(cfg, _t(A), _t(W), _t(torch.empty(M, N)))
 
 
 def test_rewrite_linear_gelu_new():
@@ -993,7 +993,7 @@ def test_rewrite_linear_gelu_new():
     with torch.no_grad():
         want = model(x).numpy()
     mod = kt.from_exported_program(torch.export.export(model, (x,)))
-    mod, counts = _dense.rewrite_dense(mod, num_threads=2)
+    mod, counts = dense.rewrite_dense(mod, num_threads=2)
     assert counts.get("gelu_fused") == 1 and counts.get("matmul") == 2, counts
     assert "tanh" not in mod.script(show_meta=False)
     ex = tvm.compile(kt.prepare(mod), target="llvm", relax_pipeline=kt.cpu_pipeline("llvm"))
@@ -1006,7 +1006,7 @@ def test_rewrite_linear_gelu_new():
 # configs and tensors a caller chose: refused, named, before memory is touched
 # ----------------------------------------------------------------------------------
 def _in_subprocess(code):
-    """Runs code (with _fn, _t, _cfg, _dense, torch at hand) in a fresh interpreter: a
+    """Runs code (with _fn, _t, _cfg, dense, torch at hand) in a fresh interpreter: a
     defect there crashes the child, not this test run. Returns (returncode, output)."""
     import os
     import subprocess
@@ -1016,7 +1016,7 @@ def _in_subprocess(code):
     prelude = textwrap.dedent("""
         import torch, tvm_ffi
         import kokoro_lstm.tvm
-        from kokoro_lstm.tvm import _dense
+        from kokoro_lstm.tvm import dense
         _fn = tvm_ffi.get_global_func
         _t = tvm_ffi.from_dlpack
         _cfg = lambda c: tvm_ffi.Shape(list(c))
@@ -1032,7 +1032,7 @@ def test_conv1d_transpose_huge_stride_refused():
     rc, out = _in_subprocess("""
         x, w, y = torch.randn(1, 2, 3), torch.randn(2, 3, 1), torch.zeros(1, 3, 3)
         try:
-            _fn(_dense.CONV1D_TRANSPOSE_FUNC)(_cfg(_dense.Conv1dTransposeConfig(
+            _fn(dense.CONV1D_TRANSPOSE_FUNC)(_cfg(dense.Conv1dTransposeConfig(
                 stride=2**62, ksize=1, w_panels=0)), _t(x), _t(w), _t(y))
         except ValueError as e:
             print("refused:", e)
@@ -1055,7 +1055,7 @@ def test_conv1d_huge_dilation_refused():
     convolution (the window is longer than x) was computed as 5 output steps."""
     x, w, y = torch.randn(1, 2, 5), torch.randn(3, 2, 5), torch.full((1, 3, 5), float("nan"))
     with pytest.raises(ValueError, match="dilation 4611686018427387904 too large"):
-        _fn(_dense.CONV1D_FUNC)(_cfg(_dense.Conv1dConfig(dilation=2**62)), _t(x), _t(w), _t(y))
+        _fn(dense.CONV1D_FUNC)(_cfg(dense.Conv1dConfig(dilation=2**62)), _t(x), _t(w), _t(y))
     assert torch.isnan(y).all()  # untouched
 
 
@@ -1065,10 +1065,10 @@ def test_huge_padding_is_a_config_error():
     rc, out = _in_subprocess("""
         x = torch.randn(1, 2, 4)
         calls = [
-            (_dense.CONV1D_TRANSPOSE_FUNC, _dense.Conv1dTransposeConfig(pad_l=2**62, ksize=1, w_panels=0),
+            (dense.CONV1D_TRANSPOSE_FUNC, dense.Conv1dTransposeConfig(pad_l=2**62, ksize=1, w_panels=0),
              torch.randn(2, 3, 1), torch.zeros(1, 3, 4)),
-            (_dense.CONV1D_FUNC, _dense.Conv1dConfig(pad_l=2**62), torch.randn(3, 2, 1), torch.zeros(1, 3, 4)),
-            (_dense.CONV1D_TRANSPOSE_DW_FUNC, _dense.Conv1dTransposeDwConfig(pad_l=2**62),
+            (dense.CONV1D_FUNC, dense.Conv1dConfig(pad_l=2**62), torch.randn(3, 2, 1), torch.zeros(1, 3, 4)),
+            (dense.CONV1D_TRANSPOSE_DW_FUNC, dense.Conv1dTransposeDwConfig(pad_l=2**62),
              torch.randn(2, 1, 1), torch.zeros(1, 2, 4)),
         ]
         for name, cfg, w, y in calls:
@@ -1090,35 +1090,35 @@ def test_output_aliasing_an_input_refused(which):
     g = torch.Generator().manual_seed(21)
     if which == "matmul":
         A, B = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
-        call = lambda: _fn(_dense.MATMUL_FUNC)(_cfg(_dense.MatmulConfig()), _t(A), _t(B), _t(A))
+        call = lambda: _fn(dense.MATMUL_FUNC)(_cfg(dense.MatmulConfig()), _t(A), _t(B), _t(A))
         names = "C and A"
     elif which == "conv1d":
         x = torch.randn(1, 4, 12, generator=g)
         y = x.view(-1)[:40].view(1, 4, 10)          # y's memory is x's first 40 floats
         w = torch.randn(4, 4, 3, generator=g)
-        call = lambda: _fn(_dense.CONV1D_FUNC)(_cfg(_dense.Conv1dConfig()), _t(x), _t(w), _t(y))
+        call = lambda: _fn(dense.CONV1D_FUNC)(_cfg(dense.Conv1dConfig()), _t(x), _t(w), _t(y))
         names = "y and x"
     elif which == "conv_t":
         x = torch.randn(1, 4, 10, generator=g)
         w = torch.randn(4, 4, 1, generator=g)
-        call = lambda: _fn(_dense.CONV1D_TRANSPOSE_FUNC)(
-            _cfg(_dense.Conv1dTransposeConfig(ksize=1, w_panels=0)), _t(x), _t(w), _t(x))
+        call = lambda: _fn(dense.CONV1D_TRANSPOSE_FUNC)(
+            _cfg(dense.Conv1dTransposeConfig(ksize=1, w_panels=0)), _t(x), _t(w), _t(x))
         names = "y and x"
     elif which == "conv_t_dw":
         x = torch.randn(1, 4, 10, generator=g)
         w = torch.randn(4, 1, 1, generator=g)
-        call = lambda: _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(
-            _cfg(_dense.Conv1dTransposeDwConfig()), _t(x), _t(w), _t(x))
+        call = lambda: _fn(dense.CONV1D_TRANSPOSE_DW_FUNC)(
+            _cfg(dense.Conv1dTransposeDwConfig()), _t(x), _t(w), _t(x))
         names = "y and x"
     elif which == "softmax":
         x = torch.randn(3, 7, generator=g)
-        call = lambda: _fn(_dense.SOFTMAX_FUNC)(_cfg(_dense.SoftmaxConfig()), _t(x), _t(x))
+        call = lambda: _fn(dense.SOFTMAX_FUNC)(_cfg(dense.SoftmaxConfig()), _t(x), _t(x))
         names = "y and x"
     elif which == "instance_norm":   # y may be x itself, but not x shifted by a row
         buf = torch.randn(1, 5, 6, generator=g)
         x, y = buf[:, :4], buf[:, 1:]
-        cfg = _cfg(_dense.InstanceNormConfig(eps_bits=_dense.f64_bits(1e-5)))
-        call = lambda: _fn(_dense.INSTANCE_NORM_FUNC)(cfg, _t(x), _t(y))
+        cfg = _cfg(dense.InstanceNormConfig(eps_bits=dense.f64_bits(1e-5)))
+        call = lambda: _fn(dense.INSTANCE_NORM_FUNC)(cfg, _t(x), _t(y))
         names = "y and x"
     else:
         q = torch.randn(1, 2, 4, 8, generator=g)
@@ -1131,21 +1131,21 @@ def test_output_aliasing_an_input_refused(which):
 
 def test_zero_kernel_size_or_channels_named():
     """A zero kernel size or zero channels got the kernel's bare "invalid argument"."""
-    f = _fn(_dense.CONV1D_FUNC)
+    f = _fn(dense.CONV1D_FUNC)
     with pytest.raises(ValueError, match="x has no channels"):
-        f(_cfg(_dense.Conv1dConfig()), _t(torch.zeros(1, 0, 4)), _t(torch.zeros(3, 0, 3)),
+        f(_cfg(dense.Conv1dConfig()), _t(torch.zeros(1, 0, 4)), _t(torch.zeros(3, 0, 3)),
           _t(torch.zeros(1, 3, 2)))
     with pytest.raises(ValueError, match="w has no output channels"):
-        f(_cfg(_dense.Conv1dConfig()), _t(torch.zeros(1, 2, 4)), _t(torch.zeros(0, 2, 3)),
+        f(_cfg(dense.Conv1dConfig()), _t(torch.zeros(1, 2, 4)), _t(torch.zeros(0, 2, 3)),
           _t(torch.zeros(1, 0, 2)))
     with pytest.raises(ValueError, match="w has kernel size 0"):
-        f(_cfg(_dense.Conv1dConfig()), _t(torch.zeros(1, 2, 4)), _t(torch.zeros(3, 2, 0)),
+        f(_cfg(dense.Conv1dConfig()), _t(torch.zeros(1, 2, 4)), _t(torch.zeros(3, 2, 0)),
           _t(torch.zeros(1, 3, 5)))
     with pytest.raises(ValueError, match="ksize must be in 1"):
-        _fn(_dense.CONV1D_TRANSPOSE_FUNC)(_cfg(_dense.Conv1dTransposeConfig(ksize=0, w_panels=0)),
+        _fn(dense.CONV1D_TRANSPOSE_FUNC)(_cfg(dense.Conv1dTransposeConfig(ksize=0, w_panels=0)),
                                           _t(torch.zeros(1, 2, 4)), _t(torch.zeros(2, 3, 0)),
                                           _t(torch.zeros(1, 3, 3)))
     with pytest.raises(ValueError, match="w has kernel size 0"):
-        _fn(_dense.CONV1D_TRANSPOSE_DW_FUNC)(_cfg(_dense.Conv1dTransposeDwConfig()),
+        _fn(dense.CONV1D_TRANSPOSE_DW_FUNC)(_cfg(dense.Conv1dTransposeDwConfig()),
                                              _t(torch.zeros(1, 2, 4)), _t(torch.zeros(2, 1, 0)),
                                              _t(torch.zeros(1, 2, 3)))

@@ -22,7 +22,7 @@ hypothesis = require("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 import kokoro_lstm  # noqa: E402,F401  (registers the engine's functions with tvm_ffi)
-from kokoro_lstm.tvm import _dense  # noqa: E402
+from kokoro_lstm.tvm import dense  # noqa: E402
 
 # Examples per extern: about a minute for the whole file under ASan on 2 cores.
 EXAMPLES = int(os.environ.get("KOKORO_LSTM_FUZZ_EXAMPLES", "400"))
@@ -75,13 +75,19 @@ def _ok_threads(n):
     return 0 <= n <= 2**31 - 1
 
 
+def _start(data, *bounds):
+    """A test's first draws: the draw function, a seeded generator and sizes in
+    0..bound for each bound."""
+    d = data.draw
+    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    return d, rng, [d(st.integers(0, n)) for n in bounds]
+
+
 # ---- conv1d ------------------------------------------------------------------------------
 @FUZZ
 @given(st.data())
 def test_fuzz_conv1d(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, cin, cout, k, win = (d(st.integers(0, n)) for n in (2, 3, 3, 5, 7))
+    d, rng, (batch, cin, cout, k, win) = _start(data, 2, 3, 3, 5, 7)
     stride, dil, pl, pr = d(LEN), d(LEN), d(LEN), d(LEN)
     panels, nth = d(st.sampled_from([0, 1, 0, 1, 2])), d(THREADS)
     has_bias, alias = d(st.booleans()), d(st.sampled_from([False, True]))
@@ -91,7 +97,7 @@ def test_fuzz_conv1d(data):
     x, w, b = _rand(rng, batch, cin, win), _rand(rng, cout, cin, k), _rand(rng, cout)
     W = w
     if panels == 1:
-        W = (_dense.pack_conv_panels(w) if min(cin, cout, k) >= 1
+        W = (dense.pack_conv_panels(w) if min(cin, cout, k) >= 1
              else _rand(rng, 2 + -(-cout // 32), 1, 32))   # never the packed shape
     y, aliased = _output(rng, (batch, cout, wout), x, alias)
     valid = (1 <= stride <= MAX_LEN and 1 <= dil <= MAX_LEN and 0 <= pl <= MAX_LEN
@@ -108,9 +114,9 @@ def test_fuzz_conv1d(data):
                     out[:, :, t] += x[:, :, p].astype(np.float64) @ w[:, :, j].T.astype(np.float64)
         return out + (b[None, :, None] if has_bias else 0.0)
 
-    cfg = _dense.Conv1dConfig(stride=stride, pad_l=pl, pad_r=pr, dilation=dil,
+    cfg = dense.Conv1dConfig(stride=stride, pad_l=pl, pad_r=pr, dilation=dil,
                               has_bias=int(has_bias), num_threads=nth, w_panels=panels)
-    _call(_dense.CONV1D_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y, ref)
+    _call(dense.CONV1D_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y, ref)
 
 
 # ---- transposed convs --------------------------------------------------------------------
@@ -133,9 +139,7 @@ def _conv_t_ref(x, w, b, stride, dil, pad, wout, depthwise):
 @FUZZ
 @given(st.data())
 def test_fuzz_conv1d_transpose(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, cin, cout, k, win, wout = (d(st.integers(0, n)) for n in (2, 3, 3, 3, 5, 10))
+    d, rng, (batch, cin, cout, k, win, wout) = _start(data, 2, 3, 3, 3, 5, 10)
     stride, dil, pad = d(LEN), d(LEN), d(LEN)
     ksize = d(st.one_of(st.just(k), st.just(k), LEN))
     panels, nth = d(st.sampled_from([0, 1, 0, 1, 3])), d(THREADS)
@@ -145,33 +149,31 @@ def test_fuzz_conv1d_transpose(data):
               and 1 <= ksize <= MAX_LEN and stride % dil == 0 and panels in (0, 1))
     W = w
     if panels == 1:
-        W = (_dense.pack_conv_transpose_panels(w, stride, dil)
+        W = (dense.pack_conv_transpose_panels(w, stride, dil)
              if cfg_ok and min(cin, cout, k) >= 1
              else _rand(rng, 2 + -(-cout // 32), 1, 32))   # never the packed shape
     y, aliased = _output(rng, (batch, cout, wout), x, alias)
     valid = (cfg_ok and _ok_threads(nth) and cin >= 1 and cout >= 1 and ksize == k
              and not aliased)
-    cfg = _dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=ksize,
+    cfg = dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, dilation=dil, ksize=ksize,
                                        has_bias=int(has_bias), num_threads=nth, w_panels=panels)
-    _call(_dense.CONV1D_TRANSPOSE_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y,
+    _call(dense.CONV1D_TRANSPOSE_FUNC, cfg, [x, W] + ([b] if has_bias else []) + [y], valid, y,
           lambda: _conv_t_ref(x, w, b if has_bias else None, stride, dil, pad, wout, False))
 
 
 @FUZZ
 @given(st.data())
 def test_fuzz_conv1d_transpose_dw(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, ch, k, win, wout = (d(st.integers(0, n)) for n in (2, 3, 3, 5, 10))
+    d, rng, (batch, ch, k, win, wout) = _start(data, 2, 3, 3, 5, 10)
     stride, dil, pad, nth = d(LEN), d(LEN), d(LEN), d(THREADS)
     has_bias, alias = d(st.booleans()), d(st.sampled_from([False, True]))
     x, w, b = _rand(rng, batch, ch, win), _rand(rng, ch, 1, k), _rand(rng, ch)
     y, aliased = _output(rng, (batch, ch, wout), x, alias)
     valid = (1 <= stride <= MAX_LEN and 1 <= dil <= MAX_LEN and 0 <= pad <= MAX_LEN
              and _ok_threads(nth) and ch >= 1 and k >= 1 and not aliased)
-    cfg = _dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad, dilation=dil,
+    cfg = dense.Conv1dTransposeDwConfig(stride=stride, pad_l=pad, dilation=dil,
                                          has_bias=int(has_bias), num_threads=nth)
-    _call(_dense.CONV1D_TRANSPOSE_DW_FUNC, cfg, [x, w] + ([b] if has_bias else []) + [y], valid, y,
+    _call(dense.CONV1D_TRANSPOSE_DW_FUNC, cfg, [x, w] + ([b] if has_bias else []) + [y], valid, y,
           lambda: _conv_t_ref(x, w, b if has_bias else None, stride, dil, pad, wout, True))
 
 
@@ -183,9 +185,7 @@ def _gelu(x):
 @FUZZ
 @given(st.data())
 def test_fuzz_matmul(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    batch, M, K, N = d(st.integers(0, 2)), d(st.integers(0, 5)), d(st.integers(0, 5)), d(st.integers(0, 40))
+    d, rng, (batch, M, K, N) = _start(data, 2, 5, 5, 40)
     trans_b, act, panels = d(st.sampled_from([0, 1, 2])), d(st.sampled_from([0, 1, 2])), d(st.sampled_from([0, 1, 5]))
     nth, has_bias = d(THREADS), d(st.booleans())
     alias = d(st.sampled_from([None, None, None, "A", "B"]))
@@ -193,7 +193,7 @@ def test_fuzz_matmul(data):
     Bm = _rand(rng, K, N)                      # op(B), shared by the batch
     B = np.ascontiguousarray(Bm.T) if trans_b == 1 else Bm
     if panels == 1:
-        B = _dense.pack_panels(Bm.T.copy(), True) if N >= 1 else _rand(rng, 0, K, 32)
+        B = dense.pack_panels(Bm.T.copy(), True) if N >= 1 else _rand(rng, 0, K, 32)
     bias = _rand(rng, N)
     C, aliased = _output(rng, (batch, M, N), A if alias == "A" else B, alias is not None)
     valid = (trans_b in (0, 1) and act in (0, 1) and panels in (0, 1) and _ok_threads(nth)
@@ -203,17 +203,16 @@ def test_fuzz_matmul(data):
         out = A.astype(np.float64) @ Bm.astype(np.float64) + (bias if has_bias else 0.0)
         return _gelu(out) if act == 1 else out
 
-    cfg = _dense.MatmulConfig(trans_b=trans_b, has_bias=int(has_bias), num_threads=nth, act=act,
+    cfg = dense.MatmulConfig(trans_b=trans_b, has_bias=int(has_bias), num_threads=nth, act=act,
                               b_panels=panels)
-    _call(_dense.MATMUL_FUNC, cfg, [A, B] + ([bias] if has_bias else []) + [C], valid, C, ref)
+    _call(dense.MATMUL_FUNC, cfg, [A, B] + ([bias] if has_bias else []) + [C], valid, C, ref)
 
 
 # ---- softmax -----------------------------------------------------------------------------
 @FUZZ
 @given(st.data())
 def test_fuzz_softmax(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    d, rng, _ = _start(data)
     shape = tuple(d(st.lists(st.integers(0, 4), min_size=1, max_size=3)))
     nth, alias = d(THREADS), d(st.sampled_from([False, False, True]))
     x = _rand(rng, *shape)
@@ -227,19 +226,17 @@ def test_fuzz_softmax(data):
         e = np.exp(z - z.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
 
-    _call(_dense.SOFTMAX_FUNC, _dense.SoftmaxConfig(num_threads=nth), [x, y], valid, y, ref)
+    _call(dense.SOFTMAX_FUNC, dense.SoftmaxConfig(num_threads=nth), [x, y], valid, y, ref)
 
 
 # ---- attention ---------------------------------------------------------------------------
 @FUZZ
 @given(st.data())
 def test_fuzz_attention(data):
-    d = data.draw
-    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
-    B, H, L, S, D = (d(st.integers(0, 3)) for _ in range(5))
+    d, rng, (B, H, L, S, D) = _start(data, 3, 3, 3, 3, 3)
     layouts = [d(st.sampled_from([0, 1, 0, 1, 2])) for _ in range(4)]
     mask_rank = d(st.sampled_from([None, None, 2, 3, 4, 4, 5, 8]))
-    scale_bits = d(st.sampled_from([_dense.f32_bits(0.5), _dense.f32_bits(0.5), 2**32, -2**31 - 1]))
+    scale_bits = d(st.sampled_from([dense.f32_bits(0.5), dense.f32_bits(0.5), 2**32, -2**31 - 1]))
     nth, alias = d(THREADS), d(st.sampled_from([None, None, None, "q", "v"]))
     q, k, v = _rand(rng, B, H, L, D), _rand(rng, B, H, S, D), _rand(rng, B, H, S, D)
     mask = None
@@ -268,10 +265,10 @@ def test_fuzz_attention(data):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return np.einsum("bhls,bhsd->bhld", e / e.sum(axis=-1, keepdims=True), v.astype(np.float64))
 
-    cfg = _dense.AttentionConfig(q_layout=layouts[0], k_layout=layouts[1], v_layout=layouts[2],
+    cfg = dense.AttentionConfig(q_layout=layouts[0], k_layout=layouts[1], v_layout=layouts[2],
                                  o_layout=layouts[3], has_mask=int(mask is not None),
                                  scale_bits=scale_bits, num_threads=nth)
-    _call(_dense.ATTENTION_FUNC, cfg, args, valid, o, ref)
+    _call(dense.ATTENTION_FUNC, cfg, args, valid, o, ref)
 
 
 def test_fuzz_runs_the_build_it_was_asked_for():

@@ -1,5 +1,5 @@
 """Instance norm on the engine (src/ops/norm.c, kokoro_lstm.instance_norm_v1) and its
-Relax rewrite (kokoro_lstm.tvm._dense: instance_norm and Kokoro's AdaIN1d fused): safe on
+Relax rewrite (kokoro_lstm.tvm.dense: instance_norm and Kokoro's AdaIN1d fused): safe on
 constant rows (TVM 0.27's own lowering computes rsqrt(E[x^2] - E[x]^2 + eps), NaN when
 rounding makes that negative), NaN in gives NaN out, PyTorch's numbers within 1e-5."""
 import numpy as np
@@ -14,17 +14,17 @@ tvm_ffi = require("tvm_ffi")
 from tvm import relax  # noqa: E402
 
 import kokoro_lstm.tvm as kt  # noqa: E402  (registers the engine's functions)
-from kokoro_lstm.tvm import _dense  # noqa: E402
+from kokoro_lstm.tvm import dense  # noqa: E402
 
 F = torch.nn.functional
 
 
 def _extern(x, weight=None, bias=None, scale=None, shift=None, eps=1e-5, num_threads=0, snake=None):
-    f = tvm_ffi.get_global_func(_dense.INSTANCE_NORM_FUNC)
+    f = tvm_ffi.get_global_func(dense.INSTANCE_NORM_FUNC)
     y = torch.empty_like(x)
-    cfg = _dense.InstanceNormConfig(has_weight=int(weight is not None), has_bias=int(bias is not None),
+    cfg = dense.InstanceNormConfig(has_weight=int(weight is not None), has_bias=int(bias is not None),
                                     has_scale=int(scale is not None), has_shift=int(shift is not None),
-                                    has_snake=int(snake is not None), eps_bits=_dense.f64_bits(eps),
+                                    has_snake=int(snake is not None), eps_bits=dense.f64_bits(eps),
                                     num_threads=num_threads)
     args = [x] + [t for t in (weight, bias, scale, shift) if t is not None] + list(snake or ()) + [y]
     f(tvm_ffi.Shape(list(cfg)), *[tvm_ffi.from_dlpack(t) for t in args])
@@ -83,8 +83,8 @@ def test_threads_bitwise_and_in_place():
     ref = _extern(x, w, b, num_threads=1)
     for nth in (2, 3, 4):
         assert torch.equal(_extern(x, w, b, num_threads=nth), ref)
-    f = tvm_ffi.get_global_func(_dense.INSTANCE_NORM_FUNC)
-    cfg = _dense.InstanceNormConfig(has_weight=1, has_bias=1, eps_bits=_dense.f64_bits(1e-5))
+    f = tvm_ffi.get_global_func(dense.INSTANCE_NORM_FUNC)
+    cfg = dense.InstanceNormConfig(has_weight=1, has_bias=1, eps_bits=dense.f64_bits(1e-5))
     xt = tvm_ffi.from_dlpack(x)
     f(tvm_ffi.Shape(list(cfg)), xt, tvm_ffi.from_dlpack(w), tvm_ffi.from_dlpack(b), xt)  # y is x
     assert torch.equal(x, ref)
@@ -112,10 +112,10 @@ def test_constant_rows_and_nan():
 
 
 def test_bad_arguments():
-    f = tvm_ffi.get_global_func(_dense.INSTANCE_NORM_FUNC)
+    f = tvm_ffi.get_global_func(dense.INSTANCE_NORM_FUNC)
     x, y = torch.randn(1, 4, 8), torch.empty(1, 4, 8)
     T = tvm_ffi.from_dlpack
-    eps = _dense.f64_bits(1e-5)
+    eps = dense.f64_bits(1e-5)
     with pytest.raises(Exception, match="calling convention"):
         f(tvm_ffi.Shape([2, 0, 0, 0, 0, 0, eps, 0]), T(x), T(y))
     with pytest.raises(Exception, match="expected 4 arguments"):
@@ -123,7 +123,7 @@ def test_bad_arguments():
     with pytest.raises(Exception, match="weight must hold C = 4"):
         f(tvm_ffi.Shape([1, 1, 0, 0, 0, 0, eps, 0]), T(x), T(torch.ones(5)), T(y))
     with pytest.raises(Exception, match="eps"):
-        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 0, _dense.f64_bits(-1.0), 0]), T(x), T(y))
+        f(tvm_ffi.Shape([1, 0, 0, 0, 0, 0, dense.f64_bits(-1.0), 0]), T(x), T(y))
     with pytest.raises(Exception, match="y must have x's shape"):
         f(tvm_ffi.Shape([1, 0, 0, 0, 0, 0, eps, 0]), T(x), T(torch.empty(1, 4, 7)))
     with pytest.raises(Exception, match="3 or more"):

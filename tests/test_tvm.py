@@ -617,12 +617,12 @@ def test_dense_config_num_threads_is_range_checked(nth):
     """A dense function's num_threads is checked before it is narrowed to an int
     (2**32 + 1 used to run as 1 thread, negative counts as the default)."""
     import tvm_ffi
-    from kokoro_lstm.tvm import _dense
+    from kokoro_lstm.tvm import dense
 
-    f = tvm_ffi.get_global_func(_dense.SOFTMAX_FUNC)
+    f = tvm_ffi.get_global_func(dense.SOFTMAX_FUNC)
     x = tvm.runtime.tensor(np.ones((2, 3), "float32"))
     y = tvm.runtime.tensor(np.zeros((2, 3), "float32"))
-    f(tvm_ffi.Shape(list(_dense.SoftmaxConfig(num_threads=1))), x, y)  # valid
+    f(tvm_ffi.Shape(list(dense.SoftmaxConfig(num_threads=1))), x, y)  # valid
     assert np.allclose(y.numpy(), 1 / 3)
     with pytest.raises(ValueError, match="num_threads"):
-        f(tvm_ffi.Shape(list(_dense.SoftmaxConfig(num_threads=nth))), x, y)
+        f(tvm_ffi.Shape(list(dense.SoftmaxConfig(num_threads=nth))), x, y)

@@ -45,12 +45,12 @@ from ._artifact import (Staging, _compare, _nan_both, _rename_main, _runtime_nee
                         _versions, write_report)
 from ._command import _Progress, _threads, port_main, run_reports
 from ._components import UsageError
+from ..tvm.dense.configs import DENSE_METHODS
 
 __all__ = ["build_parser", "add_arguments", "main", "run", "port", "parse_seq_lens",
            "library_path"]
 
 PROG = "kokoro-lstm port-decoder"
-DENSE_METHODS = ("native", "tvm")
 DEFAULT_FRAMES = 150
 #: the Decoder's instance norms need two frames (PyTorch refuses one)
 MIN_FRAMES = 2

@@ -42,6 +42,7 @@ from ._args import (DEFAULT_TOL, _check_target, _Parser, _require_deps, add_comm
                     parse_target)
 from ._command import _Progress, _threads, port_main, run_reports
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
+from ..tvm.dense.configs import DENSE_METHODS
 from ._encoder_build import port_method
 from ._encoder_export import _Component
 
@@ -49,7 +50,6 @@ __all__ = ["build_parser", "main", "run", "port", "format_table", "parse_target"
 
 PROG = "kokoro-lstm port-encoder"
 LSTM_METHODS = ("auto", "native", "tir", "relax", "topi", "mps")
-DENSE_METHODS = ("native", "tvm")
 
 # ----------------------------------------------------------------------------------
 # Arguments

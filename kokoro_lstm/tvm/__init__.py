@@ -50,7 +50,7 @@ Methods (``lstm_method`` / ``method``):
     Accepted as a name only, to fail with a clear error: it needs macOS with Metal.
 
 Dense ops (matmul, linear, conv1d, depthwise conv1d_transpose): :func:`rewrite_dense`
-replaces them by the engine's OpenBLAS externs (see :mod:`kokoro_lstm.tvm._dense`);
+replaces them by the engine's OpenBLAS externs (see :mod:`kokoro_lstm.tvm.dense`);
 ``kokoro-lstm port-encoder --dense-method native`` (the default) applies it.
 
 Noise: ``kokoro::random_uniform`` / ``random_normal`` (:mod:`kokoro_lstm.noise`) become
@@ -63,7 +63,7 @@ TVM is imported lazily: ``import kokoro_lstm.tvm`` imports neither tvm nor torch
 from __future__ import annotations
 
 from . import _native
-from ._dense import DENSE_METHODS, count_dense_calls, rewrite_dense, select_dense_method
+from .dense import DENSE_METHODS, count_dense_calls, rewrite_dense, select_dense_method
 from ._native import FUNC_NAME as NATIVE_FUNC_NAME
 from ._schedule import cpu_pipeline, prepare
 from ._native import cache_info, clear_cache

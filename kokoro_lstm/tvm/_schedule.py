@@ -4,7 +4,7 @@ scalar.
 
 TVM's default CPU pipeline (``relax.backend.cpu_generic``) legalizes every op into
 plain loop nests and schedules none of them: with the dense ops on the engine's
-externs (:mod:`._dense`), those loops (layer / instance norm, AdaIN, softmax,
+externs (:mod:`.dense`), those loops (layer / instance norm, AdaIN, softmax,
 GELU, masking, transposes) are most of what is left of a call.
 :func:`cpu_pipeline` applies, between FuseTIR and the lowering,
 

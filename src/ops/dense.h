@@ -1,6 +1,12 @@
-/* Dense float32 operators of the engine (dense.c): batched matrix products and
- * 1-D convolutions on OpenBLAS, threaded on the engine's pool. Used by the TVM
- * lowering (src/tvm/kl_tvm_dense.c) for the non-LSTM parts of Kokoro's encoder.
+/* Dense float32 operators of the engine, one file each (matmul.c, conv1d.c,
+ * conv1d_transpose.c, conv1d_transpose_dw.c, softmax.c, attention.c): batched matrix
+ * products, 1-D convolutions, softmax and attention on OpenBLAS and the f32-pgemm
+ * kernels, threaded on the engine's pool. Used by the TVM lowering
+ * (src/tvm/kl_tvm_dense.c) for the non-LSTM parts of Kokoro.
+ *
+ * Each operator has three entries: kl_f32_<op> over its kernel arguments,
+ * kl_<op>_check filling them from a config and DLTensors, and kl_<op>_forward, the
+ * two in turn. A new operator is a new file with the three (README.md in this folder).
  *
  * Work is cut into tiles fixed by the shapes and the process's kl_max_threads()
  * (never by a call's thread count), each tile one single-threaded sgemm, so
@@ -105,7 +111,7 @@ kl_status kl_f32_conv1d_transpose(const kl_conv1d_transpose_args* args);
  * ksize * cin rows of 32 floats (zeros past cout): within a panel, the rows of
  * output phase r = 0 .. stride - 1 in turn, phase r's taps k = r / dilation + m
  * stride / dilation (m < its count n_r) as rows j * cin + c for m = n_r - 1 - j
- * holding w[c, o, k] (src/ops/dense.c, kokoro_lstm.tvm._dense.pack_conv_transpose_panels). */
+ * holding w[c, o, k] (kokoro_lstm.tvm.dense.pack_conv_transpose_panels). */
 kl_status kl_f32_conv1d_transpose_pack(int64_t cin, int64_t cout, int64_t ksize, int64_t stride,
                                        int64_t dilation, const float* w, float* out);
 
@@ -162,24 +168,29 @@ typedef struct kl_attention_args {
 
 kl_status kl_f32_attention(const kl_attention_args* args);
 
-/* ---- argument checks (dense_check.c) ---------------------------------------------
- * One per operator, over its config and its DLTensors (NULL: an optional tensor not
- * given): every value range, rank, shape, stride and size product (overflow-checked),
- * and no output sharing memory with an input, checked before anything is read or
- * written; on success the kernel's arguments are filled in. A failure is KL_ERR_ARG
- * with kl_last_error() naming the argument. Config values are taken as the caller gave
- * them (int64), so that the ranges are checked here, once. */
+/* ---- the entries over DLTensors ------------------------------------------------------
+ * kl_<op>_check, one per operator, over its config and its DLTensors (NULL: an
+ * optional tensor not given): every value range, rank, shape, stride and size product
+ * (overflow-checked), and no output sharing memory with an input, checked before
+ * anything is read or written; on success the kernel's arguments are filled in. A
+ * failure is KL_ERR_ARG with kl_last_error() naming the argument. Config values are
+ * taken as the caller gave them (int64), so that the ranges are checked here, once.
+ * kl_<op>_forward checks, then runs the operator: the one call a front makes. */
 typedef struct kl_matmul_config {
   int64_t trans_b, act, b_panels, num_threads;
 } kl_matmul_config;
 kl_status kl_matmul_check(const kl_matmul_config* cfg, const DLTensor* A, const DLTensor* B,
                           const DLTensor* bias, const DLTensor* C, kl_matmul_args* out);
+kl_status kl_matmul_forward(const kl_matmul_config* cfg, const DLTensor* A, const DLTensor* B,
+                            const DLTensor* bias, const DLTensor* C);
 
 typedef struct kl_conv1d_config {
   int64_t stride, pad_l, pad_r, dilation, w_panels, num_threads;
 } kl_conv1d_config;
 kl_status kl_conv1d_check(const kl_conv1d_config* cfg, const DLTensor* x, const DLTensor* w,
                           const DLTensor* bias, const DLTensor* y, kl_conv1d_args* out);
+kl_status kl_conv1d_forward(const kl_conv1d_config* cfg, const DLTensor* x, const DLTensor* w,
+                            const DLTensor* bias, const DLTensor* y);
 
 typedef struct kl_conv1d_transpose_config {
   int64_t stride, pad_l, dilation, ksize, w_panels, num_threads;
@@ -187,6 +198,8 @@ typedef struct kl_conv1d_transpose_config {
 kl_status kl_conv1d_transpose_check(const kl_conv1d_transpose_config* cfg, const DLTensor* x,
                                     const DLTensor* w, const DLTensor* bias, const DLTensor* y,
                                     kl_conv1d_transpose_args* out);
+kl_status kl_conv1d_transpose_forward(const kl_conv1d_transpose_config* cfg, const DLTensor* x,
+                                      const DLTensor* w, const DLTensor* bias, const DLTensor* y);
 
 typedef struct kl_conv1d_transpose_dw_config {
   int64_t stride, pad_l, dilation, num_threads;
@@ -194,6 +207,8 @@ typedef struct kl_conv1d_transpose_dw_config {
 kl_status kl_conv1d_transpose_dw_check(const kl_conv1d_transpose_dw_config* cfg, const DLTensor* x,
                                        const DLTensor* w, const DLTensor* bias, const DLTensor* y,
                                        kl_conv1d_transpose_dw_args* out);
+kl_status kl_conv1d_transpose_dw_forward(const kl_conv1d_transpose_dw_config* cfg, const DLTensor* x,
+                                         const DLTensor* w, const DLTensor* bias, const DLTensor* y);
 
 /* kl_f32_softmax's arguments. */
 typedef struct kl_softmax_args {
@@ -202,8 +217,12 @@ typedef struct kl_softmax_args {
   float* y;
   int num_threads;
 } kl_softmax_args;
-kl_status kl_softmax_check(int64_t num_threads, const DLTensor* x, const DLTensor* y,
+typedef struct kl_softmax_config {
+  int64_t num_threads;
+} kl_softmax_config;
+kl_status kl_softmax_check(const kl_softmax_config* cfg, const DLTensor* x, const DLTensor* y,
                            kl_softmax_args* out);
+kl_status kl_softmax_forward(const kl_softmax_config* cfg, const DLTensor* x, const DLTensor* y);
 
 /* layouts 0 [B, H, rows, D] or 1 [B, rows, H, D]; scale_bits: the float32 scale's
  * bits, as a signed or an unsigned 32-bit value. */
@@ -213,5 +232,7 @@ typedef struct kl_attention_config {
 kl_status kl_attention_check(const kl_attention_config* cfg, const DLTensor* q, const DLTensor* k,
                              const DLTensor* v, const DLTensor* mask, const DLTensor* o,
                              kl_attention_args* out);
+kl_status kl_attention_forward(const kl_attention_config* cfg, const DLTensor* q, const DLTensor* k,
+                               const DLTensor* v, const DLTensor* mask, const DLTensor* o);
 
 #endif

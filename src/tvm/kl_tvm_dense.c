@@ -1,5 +1,5 @@
-/* tvm-ffi glue of the dense operators (src/ops/dense.h): argument checks and
- * DLTensor unpacking; destination-passing like kokoro_lstm.lstm_forward_v2. Each
+/* tvm-ffi glue of the dense operators (src/ops/dense.h): the calling conventions
+ * and DLTensor unpacking; destination-passing like kokoro_lstm.lstm_forward_v2. Each
  * extern's first argument is its config shape, read by kl_tvm_dense.h's KL_*_CFG_*
  * indices; num_threads 0 there is the process default (kl_get_num_threads).
  *
@@ -29,9 +29,10 @@
  *   [B, H, L, S] (2 to 4 dims, each leading one 1 or full), unit stride along S.
  *   conv tensors compact; a conv bias is any compact tensor of Cout (C) values.
  * Everything but the calling convention (config length, argument count, tensor type) is
- * checked by the operator's kl_<op>_check (src/ops/dense_check.c) before any memory is
+ * checked by the operator's kl_<op>_forward (src/ops/<op>.c) before any memory is
  * touched: value ranges, shapes, overflow-checked sizes, and no output sharing memory
- * with an input. */
+ * with an input. An extern here is its convention (a dense_extern row) and its config's
+ * values mapped to the operator's config. */
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
@@ -124,11 +125,6 @@ int kl_tvm_cfg_threads(const char* fn, int64_t v, int* out) {
   return 0;
 }
 
-static int check_cfg(const char* fn, const TVMFFIAny* args, int32_t nargs, int ncfg,
-                     const int64_t** cfg) {
-  return kl_tvm_config(fn, args, nargs, KL_TVM_DENSE_ABI, ncfg, ncfg, cfg, NULL);
-}
-
 static int check_nargs(const char* fn, int32_t nargs, int want) {
   if (nargs == want) return 0;
   char what[120];
@@ -136,137 +132,127 @@ static int check_nargs(const char* fn, int32_t nargs, int want) {
   return kl_tvm_errf("TypeError", fn, what);
 }
 
-/* Arguments first .. first + n - 1 as float32 CPU tensors (NULL where name is NULL:
- * an optional tensor not passed). */
-static int f32_tensors(const char* fn, const TVMFFIAny* args, int first, int n,
-                       const char* const* names, const DLTensor** out) {
-  for (int i = 0, k = first; i < n; i++) {
-    out[i] = NULL;
-    if (names[i] && kl_tvm_cpu_tensor(fn, &args[k++], names[i], kDLFloat, 32, &out[i])) return -1;
+/* An extern's calling convention: config values nmin (required) to n, then its
+ * float32 tensors in order, the one at index opt (-1: none) passed only when config
+ * value opt_flag is nonzero. */
+#define KL_TVM_DENSE_MAXT 5
+#define KL_TVM_DENSE_MAXCFG 16
+typedef struct dense_extern {
+  const char* fn;
+  int nmin, n;
+  int ntensors;
+  const char* names[KL_TVM_DENSE_MAXT];
+  int opt, opt_flag;
+} dense_extern;
+_Static_assert(KL_MATMUL_CFG_N <= KL_TVM_DENSE_MAXCFG && KL_CONV1D_CFG_N <= KL_TVM_DENSE_MAXCFG &&
+                   KL_CONV1D_TRANSPOSE_DW_CFG_N <= KL_TVM_DENSE_MAXCFG &&
+                   KL_CONV1D_TRANSPOSE_CFG_N <= KL_TVM_DENSE_MAXCFG &&
+                   KL_SOFTMAX_CFG_N <= KL_TVM_DENSE_MAXCFG && KL_ATTENTION_CFG_N <= KL_TVM_DENSE_MAXCFG,
+               "every config fits a dense_call");
+
+/* The externs' conventions (kl_tvm_dense.h's names and config layouts). */
+enum { MATMUL, CONV1D, CONV1D_TRANSPOSE_DW, CONV1D_TRANSPOSE, SOFTMAX, ATTENTION };
+static const dense_extern EXTERNS[] = {
+    [MATMUL] = {KL_TVM_MATMUL_NAME, KL_MATMUL_CFG_NMIN, KL_MATMUL_CFG_N, 4, {"A", "B", "bias", "C"}, 2,
+                KL_MATMUL_CFG_HAS_BIAS},
+    [CONV1D] = {KL_TVM_CONV1D_NAME, KL_CONV1D_CFG_NMIN, KL_CONV1D_CFG_N, 4, {"x", "w", "bias", "y"}, 2,
+                KL_CONV1D_CFG_HAS_BIAS},
+    [CONV1D_TRANSPOSE_DW] = {KL_TVM_CONV1D_TRANSPOSE_DW_NAME, KL_CONV1D_TRANSPOSE_DW_CFG_N,
+                             KL_CONV1D_TRANSPOSE_DW_CFG_N, 4, {"x", "w", "bias", "y"}, 2,
+                             KL_CONV1D_TRANSPOSE_DW_CFG_HAS_BIAS},
+    [CONV1D_TRANSPOSE] = {KL_TVM_CONV1D_TRANSPOSE_NAME, KL_CONV1D_TRANSPOSE_CFG_N, KL_CONV1D_TRANSPOSE_CFG_N,
+                          4, {"x", "w", "bias", "y"}, 2, KL_CONV1D_TRANSPOSE_CFG_HAS_BIAS},
+    [SOFTMAX] = {KL_TVM_SOFTMAX_NAME, KL_SOFTMAX_CFG_N, KL_SOFTMAX_CFG_N, 2, {"x", "y"}, -1, 0},
+    [ATTENTION] = {KL_TVM_ATTENTION_NAME, KL_ATTENTION_CFG_N, KL_ATTENTION_CFG_N, 5,
+                   {"q", "k", "v", "mask", "o"}, 3, KL_ATTENTION_CFG_HAS_MASK},
+};
+
+/* An extern's arguments: its config values (those not given 0) and tensors (NULL:
+ * the optional one not passed). */
+typedef struct dense_call {
+  int64_t c[KL_TVM_DENSE_MAXCFG];
+  const DLTensor* t[KL_TVM_DENSE_MAXT];
+} dense_call;
+
+/* args by extern op's convention into *k; 0, else raises and returns -1. */
+static int unpack(int op, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result, dense_call* k) {
+  const dense_extern* e = &EXTERNS[op];
+  int64_t* cfg = k->c;
+  const DLTensor** t = k->t;
+  const int64_t* raw;
+  int ncfg;
+  result->type_index = kTVMFFINone;
+  if (kl_tvm_config(e->fn, args, nargs, KL_TVM_DENSE_ABI, e->nmin, e->n, &raw, &ncfg)) return -1;
+  for (int i = 0; i < e->n; i++) cfg[i] = i < ncfg ? raw[i] : 0;
+  const int skip = e->opt >= 0 && cfg[e->opt_flag] == 0 ? e->opt : -1;
+  if (check_nargs(e->fn, nargs, 1 + e->ntensors - (skip >= 0))) return -1;
+  for (int i = 0, a = 1; i < e->ntensors; i++) {
+    t[i] = NULL;
+    if (i != skip && kl_tvm_cpu_tensor(e->fn, &args[a++], e->names[i], kDLFloat, 32, &t[i])) return -1;
   }
+  kl_set_error("");
   return 0;
 }
 
+/* An operator's status as the extern's result. */
+static int finish(int op, kl_status s) { return s == KL_OK ? 0 : status_err(EXTERNS[op].fn, s); }
+
 int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
-  static const char* fn = KL_TVM_MATMUL_NAME;
-  const int64_t* cfg;
-  result->type_index = kTVMFFINone;
-  int ncfg; /* act and b_panels are optional */
-  if (kl_tvm_config(fn, args, nargs, KL_TVM_DENSE_ABI, KL_MATMUL_CFG_NMIN, KL_MATMUL_CFG_N, &cfg, &ncfg))
-    return -1;
-  const int has_bias = cfg[KL_MATMUL_CFG_HAS_BIAS] != 0;
-  const kl_matmul_config c = {cfg[KL_MATMUL_CFG_TRANS_B],
-                              ncfg > KL_MATMUL_CFG_ACT ? cfg[KL_MATMUL_CFG_ACT] : 0,
-                              ncfg > KL_MATMUL_CFG_B_PANELS ? cfg[KL_MATMUL_CFG_B_PANELS] : 0,
-                              cfg[KL_MATMUL_CFG_NUM_THREADS]};
-  const char* names[4] = {"A", "B", has_bias ? "bias" : NULL, "C"};
-  const DLTensor* t[4];
-  kl_matmul_args m;
-  kl_set_error("");
-  if (check_nargs(fn, nargs, 4 + has_bias) || f32_tensors(fn, args, 1, 4, names, t)) return -1;
-  kl_status s = kl_matmul_check(&c, t[0], t[1], t[2], t[3], &m);
-  if (s == KL_OK) s = kl_f32_matmul(&m);
-  return s == KL_OK ? 0 : status_err(fn, s);
+  dense_call k;
+  if (unpack(MATMUL, args, nargs, result, &k)) return -1;
+  const kl_matmul_config cfg = {k.c[KL_MATMUL_CFG_TRANS_B], k.c[KL_MATMUL_CFG_ACT],
+                                k.c[KL_MATMUL_CFG_B_PANELS], k.c[KL_MATMUL_CFG_NUM_THREADS]};
+  return finish(MATMUL, kl_matmul_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3]));
 }
 
 int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
-  static const char* fn = KL_TVM_CONV1D_NAME;
-  const int64_t* cfg;
-  result->type_index = kTVMFFINone;
-  int ncfg; /* w_panels is optional */
-  if (kl_tvm_config(fn, args, nargs, KL_TVM_DENSE_ABI, KL_CONV1D_CFG_NMIN, KL_CONV1D_CFG_N, &cfg, &ncfg))
-    return -1;
-  const int has_bias = cfg[KL_CONV1D_CFG_HAS_BIAS] != 0;
-  const kl_conv1d_config c = {cfg[KL_CONV1D_CFG_STRIDE], cfg[KL_CONV1D_CFG_PAD_L],
-                              cfg[KL_CONV1D_CFG_PAD_R], cfg[KL_CONV1D_CFG_DILATION],
-                              ncfg > KL_CONV1D_CFG_W_PANELS ? cfg[KL_CONV1D_CFG_W_PANELS] : 0,
-                              cfg[KL_CONV1D_CFG_NUM_THREADS]};
-  const char* names[4] = {"x", "w", has_bias ? "bias" : NULL, "y"};
-  const DLTensor* t[4];
-  kl_conv1d_args a;
-  kl_set_error("");
-  if (check_nargs(fn, nargs, 4 + has_bias) || f32_tensors(fn, args, 1, 4, names, t)) return -1;
-  kl_status s = kl_conv1d_check(&c, t[0], t[1], t[2], t[3], &a);
-  if (s == KL_OK) s = kl_f32_conv1d(&a);
-  return s == KL_OK ? 0 : status_err(fn, s);
+  dense_call k;
+  if (unpack(CONV1D, args, nargs, result, &k)) return -1;
+  const kl_conv1d_config cfg = {k.c[KL_CONV1D_CFG_STRIDE],   k.c[KL_CONV1D_CFG_PAD_L],
+                                k.c[KL_CONV1D_CFG_PAD_R],    k.c[KL_CONV1D_CFG_DILATION],
+                                k.c[KL_CONV1D_CFG_W_PANELS], k.c[KL_CONV1D_CFG_NUM_THREADS]};
+  return finish(CONV1D, kl_conv1d_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3]));
 }
 
-int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs,
-                               TVMFFIAny* result) {
+int kl_tvm_conv1d_transpose_dw(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
-  static const char* fn = KL_TVM_CONV1D_TRANSPOSE_DW_NAME;
-  const int64_t* cfg;
-  result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, KL_CONV1D_TRANSPOSE_DW_CFG_N, &cfg)) return -1;
-  const int has_bias = cfg[KL_CONV1D_TRANSPOSE_DW_CFG_HAS_BIAS] != 0;
-  const kl_conv1d_transpose_dw_config c = {
-      cfg[KL_CONV1D_TRANSPOSE_DW_CFG_STRIDE], cfg[KL_CONV1D_TRANSPOSE_DW_CFG_PAD_L],
-      cfg[KL_CONV1D_TRANSPOSE_DW_CFG_DILATION], cfg[KL_CONV1D_TRANSPOSE_DW_CFG_NUM_THREADS]};
-  const char* names[4] = {"x", "w", has_bias ? "bias" : NULL, "y"};
-  const DLTensor* t[4];
-  kl_conv1d_transpose_dw_args a;
-  kl_set_error("");
-  if (check_nargs(fn, nargs, 4 + has_bias) || f32_tensors(fn, args, 1, 4, names, t)) return -1;
-  kl_status s = kl_conv1d_transpose_dw_check(&c, t[0], t[1], t[2], t[3], &a);
-  if (s == KL_OK) s = kl_f32_conv1d_transpose_dw(&a);
-  return s == KL_OK ? 0 : status_err(fn, s);
+  dense_call k;
+  if (unpack(CONV1D_TRANSPOSE_DW, args, nargs, result, &k)) return -1;
+  const kl_conv1d_transpose_dw_config cfg = {
+      k.c[KL_CONV1D_TRANSPOSE_DW_CFG_STRIDE], k.c[KL_CONV1D_TRANSPOSE_DW_CFG_PAD_L],
+      k.c[KL_CONV1D_TRANSPOSE_DW_CFG_DILATION], k.c[KL_CONV1D_TRANSPOSE_DW_CFG_NUM_THREADS]};
+  return finish(CONV1D_TRANSPOSE_DW,
+                kl_conv1d_transpose_dw_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3]));
 }
 
 int kl_tvm_conv1d_transpose(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
-  static const char* fn = KL_TVM_CONV1D_TRANSPOSE_NAME;
-  const int64_t* cfg;
-  result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, KL_CONV1D_TRANSPOSE_CFG_N, &cfg)) return -1;
-  const int has_bias = cfg[KL_CONV1D_TRANSPOSE_CFG_HAS_BIAS] != 0;
-  const kl_conv1d_transpose_config c = {
-      cfg[KL_CONV1D_TRANSPOSE_CFG_STRIDE], cfg[KL_CONV1D_TRANSPOSE_CFG_PAD_L],
-      cfg[KL_CONV1D_TRANSPOSE_CFG_DILATION], cfg[KL_CONV1D_TRANSPOSE_CFG_KSIZE],
-      cfg[KL_CONV1D_TRANSPOSE_CFG_W_PANELS], cfg[KL_CONV1D_TRANSPOSE_CFG_NUM_THREADS]};
-  const char* names[4] = {"x", "w", has_bias ? "bias" : NULL, "y"};
-  const DLTensor* t[4];
-  kl_conv1d_transpose_args a;
-  kl_set_error("");
-  if (check_nargs(fn, nargs, 4 + has_bias) || f32_tensors(fn, args, 1, 4, names, t)) return -1;
-  kl_status s = kl_conv1d_transpose_check(&c, t[0], t[1], t[2], t[3], &a);
-  if (s == KL_OK) s = kl_f32_conv1d_transpose(&a);
-  return s == KL_OK ? 0 : status_err(fn, s);
+  dense_call k;
+  if (unpack(CONV1D_TRANSPOSE, args, nargs, result, &k)) return -1;
+  const kl_conv1d_transpose_config cfg = {
+      k.c[KL_CONV1D_TRANSPOSE_CFG_STRIDE], k.c[KL_CONV1D_TRANSPOSE_CFG_PAD_L],
+      k.c[KL_CONV1D_TRANSPOSE_CFG_DILATION], k.c[KL_CONV1D_TRANSPOSE_CFG_KSIZE],
+      k.c[KL_CONV1D_TRANSPOSE_CFG_W_PANELS], k.c[KL_CONV1D_TRANSPOSE_CFG_NUM_THREADS]};
+  return finish(CONV1D_TRANSPOSE,
+                kl_conv1d_transpose_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3]));
 }
 
 int kl_tvm_softmax(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
-  static const char* fn = KL_TVM_SOFTMAX_NAME;
-  const int64_t* cfg;
-  result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, KL_SOFTMAX_CFG_N, &cfg) || check_nargs(fn, nargs, 3)) return -1;
-  static const char* const names[2] = {"x", "y"};
-  const DLTensor* t[2];
-  kl_softmax_args a;
-  kl_set_error("");
-  if (f32_tensors(fn, args, 1, 2, names, t)) return -1;
-  kl_status s = kl_softmax_check(cfg[KL_SOFTMAX_CFG_NUM_THREADS], t[0], t[1], &a);
-  if (s == KL_OK) s = kl_f32_softmax(a.rows, a.n, a.x, a.y, a.num_threads);
-  return s == KL_OK ? 0 : status_err(fn, s);
+  dense_call k;
+  if (unpack(SOFTMAX, args, nargs, result, &k)) return -1;
+  const kl_softmax_config cfg = {k.c[KL_SOFTMAX_CFG_NUM_THREADS]};
+  return finish(SOFTMAX, kl_softmax_forward(&cfg, k.t[0], k.t[1]));
 }
 
 int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
-  static const char* fn = KL_TVM_ATTENTION_NAME;
-  const int64_t* cfg;
-  result->type_index = kTVMFFINone;
-  if (check_cfg(fn, args, nargs, KL_ATTENTION_CFG_N, &cfg)) return -1;
-  const int has_mask = cfg[KL_ATTENTION_CFG_HAS_MASK] != 0;
-  const kl_attention_config c = {cfg[KL_ATTENTION_CFG_Q_LAYOUT], cfg[KL_ATTENTION_CFG_K_LAYOUT],
-                                 cfg[KL_ATTENTION_CFG_V_LAYOUT], cfg[KL_ATTENTION_CFG_O_LAYOUT],
-                                 cfg[KL_ATTENTION_CFG_SCALE_BITS], cfg[KL_ATTENTION_CFG_NUM_THREADS]};
-  const char* names[5] = {"q", "k", "v", has_mask ? "mask" : NULL, "o"};
-  const DLTensor* t[5];
-  kl_attention_args a;
-  kl_set_error("");
-  if (check_nargs(fn, nargs, 5 + has_mask) || f32_tensors(fn, args, 1, 5, names, t)) return -1;
-  kl_status s = kl_attention_check(&c, t[0], t[1], t[2], t[3], t[4], &a);
-  if (s == KL_OK) s = kl_f32_attention(&a);
-  return s == KL_OK ? 0 : status_err(fn, s);
+  dense_call k;
+  if (unpack(ATTENTION, args, nargs, result, &k)) return -1;
+  const kl_attention_config cfg = {k.c[KL_ATTENTION_CFG_Q_LAYOUT],   k.c[KL_ATTENTION_CFG_K_LAYOUT],
+                                   k.c[KL_ATTENTION_CFG_V_LAYOUT],   k.c[KL_ATTENTION_CFG_O_LAYOUT],
+                                   k.c[KL_ATTENTION_CFG_SCALE_BITS], k.c[KL_ATTENTION_CFG_NUM_THREADS]};
+  return finish(ATTENTION, kl_attention_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3], k.t[4]));
 }

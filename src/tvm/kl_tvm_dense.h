@@ -15,7 +15,7 @@
 #define KL_TVM_ATTENTION_NAME "kokoro_lstm.attention_v1"
 
 /* The config layouts: index of each value in an extern's config shape. The Python
- * schemas (kokoro_lstm.tvm._dense's *Config NamedTuples) list the same fields in the
+ * schemas (kokoro_lstm.tvm.dense.configs' *Config NamedTuples) list the same fields in the
  * same order; tests/test_dense.py checks that they agree. Values from *_CFG_NMIN on
  * may be absent (read as 0). */
 enum kl_tvm_matmul_cfg {

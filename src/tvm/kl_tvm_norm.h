@@ -8,7 +8,7 @@
 
 #define KL_TVM_INSTANCE_NORM_NAME "kokoro_lstm.instance_norm_v1"
 
-/* The config layout; kokoro_lstm.tvm._dense.InstanceNormConfig lists the same
+/* The config layout; kokoro_lstm.tvm.dense.InstanceNormConfig lists the same
  * fields in the same order (tests/test_dense.py checks that they agree). */
 enum kl_tvm_instance_norm_cfg {
   KL_INSTANCE_NORM_CFG_ABI, KL_INSTANCE_NORM_CFG_HAS_WEIGHT, KL_INSTANCE_NORM_CFG_HAS_BIAS,

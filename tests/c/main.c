@@ -55,6 +55,7 @@ int main(void) {
   test_dense_conv1d_panels();
   test_dense_conv_phases();
   test_dense_attention();
+  test_dense_forward();
   test_dense_threads_for_work();
   test_random();
   test_instance_norm();

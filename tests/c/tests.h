@@ -26,6 +26,8 @@ void test_dense_matmul_panels_aliased_rows(void);
 void test_dense_conv1d_panels(void);
 void test_dense_conv_phases(void);
 void test_dense_attention(void);
+/* their entries over DLTensors (test_dense_forward.c) */
+void test_dense_forward(void);
 /* counter-based random numbers (test_random.c), instance norm (test_norm.c) */
 void test_random(void);
 void test_instance_norm(void);
