@@ -162,6 +162,7 @@ NOT_TUNABLE = {
     "KL_HUGE_PAGE",                                            # the huge page size
     "KL_LCAP", "KL_WT",                                        # NVRTC -D parameters of a call
     "KL_CUDA_COMMON_DEFINES",                                  # how many -D every module has
+    "KL_TVM_DENSE_MAXT", "KL_TVM_DENSE_MAXCFG",                # array sizes of the externs' table
 }
 NOT_TUNABLE_PATTERN = re.compile(r"KL_(ARCH|HWCAP|HWCAP2)_\w+|KL_\w+_(ABI|H|NAME)$")
 NUMERIC = re.compile(r"^\(*(\((size_t|int64_t|uint64_t|int)\))?[\d.]+[uUlLf]*(\s*<<\s*\d+)?\)*$")
