@@ -83,7 +83,7 @@ static inline size_t kl_x6_split_bytes(size_t rows, size_t K) {
 typedef void (*kl_f32_gemm_ukernel_fn)(size_t M, size_t N, size_t K, const float* A, size_t lda,
                                        const float* W, size_t ldw, float* C, size_t ldc);
 
-/* float32 GEMM on one panel of a pre-packed B (src/ops/dense.c): C[M, n] (ldc)
+/* float32 GEMM on one panel of a pre-packed B (src/ops/matmul.c): C[M, n] (ldc)
  * = init + A[M, K] (lda) * P with P = [K][KL_PGEMM_NR] (columns n.. of the panel
  * zero, n <= KL_PGEMM_NR); init: n start values, or NULL to add to C (C += A P:
  * a later block of K). Each element is one fused multiply-add per k in k order,
@@ -188,9 +188,9 @@ size_t kl_fingerprint_bytes(const kl_region* regions, int n);
 /* The fingerprint kernel: folds n bytes (n % 32 == 0) into acc[8]. */
 typedef void (*kl_fp_ukernel_fn)(const void* p, size_t n, uint64_t* acc);
 kl_fp_ukernel_fn kl_select_fp(void);
-/* The active level's row softmax (src/ops/dense.c). */
+/* The active level's row softmax (src/ops/softmax.c). */
 kl_f32_vunary_fn kl_select_softmax(void);
-/* The active level's pre-packed-panel GEMM (src/ops/dense.c). */
+/* The active level's pre-packed-panel GEMM (src/ops/matmul.c). */
 kl_f32_pgemm_ukernel_fn kl_select_f32_pgemm(void);
 
 /* ---- thread pool (threadpool.c) ---- */

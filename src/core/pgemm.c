@@ -1,5 +1,5 @@
 /* Products on a B packed in 32-column panels (the f32-pgemm kernel list): used by
- * the dense operators (src/ops/dense.c, constant weights of the TVM lowering) and
+ * the dense operators (src/ops/matmul.c and the convolutions, constant weights of the TVM lowering) and
  * by the LSTM's input projection (inproj.c, W_ih of entries whose weights cannot
  * change behind the cache). OpenBLAS packs its B panel on every call, which at
  * few rows costs a large share of the call; a B packed once skips that, and each element is one

@@ -37,7 +37,7 @@ def pack_conv_transpose_panels(w, stride, dilation=1):
     [K * Cin, Cout] matrix whose rows are, for each output phase r < stride in
     turn, its taps k = r // dilation + m * (stride // dilation), m < n_r, as rows
     ``j * Cin + c`` (m = n_r - 1 - j) holding ``w[c, :, k]``
-    (kl_f32_conv1d_transpose_pack in src/ops/dense.c)."""
+    (kl_f32_conv1d_transpose_pack in src/ops/conv1d_transpose.c)."""
     import numpy as np
 
     w = np.asarray(w, dtype=np.float32)
