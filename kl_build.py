@@ -51,7 +51,7 @@ INCLUDE_DIRS = ["src/include", "src/core", "src/kernels", "src/ops", "src/third_
 # the CUDA kernels, embedded in the engine as source (compiled at run time by NVRTC)
 CUDA_KERNELS = "src/cuda/*.cu"
 CUDA_EMBED = "src/cuda/gen/kl_cuda_src.h"
-BINDING_SOURCES = ["src/python/module.c"]
+BINDING_SOURCES = ["src/python/module.c", "src/python/glue.c"]
 # registers the tvm-ffi functions when an exported TVM library is loaded: in
 # lib/kokoro_lstm_tvm.o only
 AUTOREG_SOURCE = "src/tvm/kl_tvm_autoreg.c"
