@@ -91,22 +91,20 @@ def _cache_mb_env():
 
 _ENV_CHECKS = ((ENV_NUM_THREADS, lambda: _env_count(ENV_NUM_THREADS)),
                (ENV_MAX_THREADS, lambda: _env_count(ENV_MAX_THREADS)),
-               (ENV_CACHE_MB, _cache_mb_env))
+               (ENV_CACHE_MB, _cache_mb_env))  # in _core.env_values()'s order
 #: the variables' values last checked: each value is checked (and warned about) once
-_env_seen: tuple = ()
+_env_seen: tuple = (None, None, None)
 
 
 def _warn_bad_env():
     """A one-line RuntimeWarning for each thread or cache variable the engine ignores,
     once per value (a bad variable must not break ``import kokoro_lstm`` or every call).
-    Reads each variable once; the engine parses only values not seen before."""
+    One read of the environment the engine sees; only new values are parsed."""
     global _env_seen
-    env = os.environ
-    values = tuple(env.get(var) for var, _ in _ENV_CHECKS)
+    values = _core.env_values()
     if values == _env_seen:
         return
-    old = _env_seen or (None,) * len(values)
-    _env_seen = values
+    old, _env_seen = _env_seen, values
     for (var, check), value, before in zip(_ENV_CHECKS, values, old):
         if value == before:
             continue

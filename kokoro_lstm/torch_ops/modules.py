@@ -170,10 +170,13 @@ def _ops_take_dtypes(module, input, hx) -> bool:
     float64 (float32 on CUDA), the only inputs the ops take; anything else (half
     precision, mixed dtypes) runs PyTorch's LSTM, which gives the unpatched module's result or error."""
     x = getattr(input, "data" if isinstance(input, PackedSequence) else "padded", input)
-    dtypes = {t.dtype for t in [x, *(hx or ())] if isinstance(t, Tensor)}
-    dtypes.update(p.dtype for p in module._flat_weights)
-    ok = {torch.float32} if isinstance(x, Tensor) and x.is_cuda else {torch.float32, torch.float64}
-    return len(dtypes) == 1 and dtypes <= ok
+    if not isinstance(x, Tensor):
+        return False
+    dt = x.dtype
+    if dt is not torch.float32 and (dt is not torch.float64 or x.is_cuda):
+        return False
+    return (all(t.dtype is dt for t in hx or () if isinstance(t, Tensor))
+            and all(p.dtype is dt for p in module._flat_weights))
 
 
 _patched_classes = {nn.LSTM: KokoroLSTM}

@@ -83,16 +83,26 @@ class _Call(NamedTuple):
     batch_major: bool  # x is a batch-major view read in place
 
 
-def _arrange(name, spec, args):
-    """The op's arguments as one call (the weights of the directions it runs)."""
+def _arranger(op_name, spec):
+    """A function of the op's arguments to one call (the weights of the directions it
+    runs), its argument positions looked up once."""
     k = len(spec.head)
-    head = dict(zip(spec.head, args[:k]))
-    w = list(args[k:])
-    D = spec.directions or (2 if len(w) > 4 and w[4] is not None else 1)
-    x = head["input"]
-    return _Call(x, head.get("lengths"), head.get("h0"), head.get("c0"), head.get("gate_bias"),
-                 bool(head.get("x_gates", False)), w[:4 * D], spec.head + _WEIGHT_NAMES
-                 + (_WEIGHT_NAMES_REV if D == 2 else ()), D, spec.batch_major and _batch_major(x))
+    at = {name: spec.head.index(name) if name in spec.head else None
+          for name in ("lengths", "h0", "c0", "gate_bias", "x_gates")}
+    il, ih, ic, ig, ixg = (at[n] for n in ("lengths", "h0", "c0", "gate_bias", "x_gates"))
+    names = {D: spec.head + _WEIGHT_NAMES + (_WEIGHT_NAMES_REV if D == 2 else ()) for D in (1, 2)}
+
+    def arrange(args):
+        w = args[k:]
+        D = spec.directions or (2 if len(w) > 4 and w[4] is not None else 1)
+        x = args[0]
+        if not isinstance(x, Tensor):
+            raise TypeError(f"kokoro::{op_name}: input must be a Tensor, got {type(x).__name__}")
+        return _Call(x, None if il is None else args[il], None if ih is None else args[ih],
+                     None if ic is None else args[ic], None if ig is None else args[ig],
+                     False if ixg is None else bool(args[ixg]), list(w[:4 * D]), names[D], D,
+                     spec.batch_major and _batch_major(x))
+    return arrange
 
 
 def _batch_major(x: Tensor) -> bool:
@@ -139,7 +149,8 @@ def _check_no_grad(op_name, names, tensors):
 
 def _check_python_types(op_name, call):
     """What C cannot see: a required argument that is None or not a tensor, and biases
-    given for some weights but not others."""
+    given for some weights but not others. Raises; called when the weights do not
+    make an engine call (_engine_weights)."""
     p = f"kokoro::{op_name}: "
     names = call.names[len(call.names) - len(call.w):]
     required = [("input", call.x)] + [(n, getattr(call, n)) for n in ("h0", "c0")
@@ -157,6 +168,23 @@ def _check_python_types(op_name, call):
                                  "biases or neither")
     if call.D == 2 and (call.w[2] is None) != (call.w[6] is None):
         raise OpArgumentError(p + "forward and reverse biases must both be given or both None")
+    raise AssertionError(f"{p}weights not refused: {[type(t).__name__ for t in call.w]}")
+
+
+def _engine_weights(op_name, call):
+    """The weights' capsules (absent biases left out) and whether the call has biases;
+    _check_python_types names what is wrong when they are not all weights of one kind."""
+    w, D = call.w, call.D
+    try:
+        weights = [_engine_arg(t if t.stride(-1) == 1 else t.contiguous()) for t in w if t is not None]
+    except (AttributeError, TypeError):
+        _check_python_types(op_name, call)
+        raise
+    has_bias = w[2] is not None
+    if (len(weights) != D * (4 if has_bias else 2) or w[0] is None or w[1] is None
+            or D == 2 and (w[4] is None or w[5] is None)):
+        _check_python_types(op_name, call)
+    return weights, has_bias
 
 
 def _out_shapes(call):
@@ -187,6 +215,7 @@ def _opt(t):
 
 def _run(op_name, call):
     """The engine's one entry on the call's tensors; outputs allocated like the input."""
+    weights, has_bias = _engine_weights(op_name, call)
     x = call.x
     batch_first = call.batch_major
     if batch_first:
@@ -196,9 +225,6 @@ def _run(op_name, call):
     y_shape, h_shape = _out_shapes(call)
     out = x.new_empty((y_shape[1], y_shape[0], y_shape[2]) if batch_first else y_shape)
     h_n, c_n = x.new_empty(h_shape), x.new_empty(h_shape)
-    has_bias = call.w[2] is not None
-    weights = [_engine_arg(t if t.stride(-1) == 1 else t.contiguous())
-               for t in call.w if t is not None]
     try:
         kokoro_lstm._core.forward(
             _engine_arg(x), _host_lengths(call.lengths), _opt(call.h0), _opt(call.c0),
@@ -219,15 +245,15 @@ def _stream(x: Tensor) -> int:
 
 def _make_impl(op_name, spec):
     names = spec.head + _WEIGHT_NAMES + _WEIGHT_NAMES_REV
+    arrange = _arranger(op_name, spec)
+    grad_at = [names.index(n) for n in spec.no_grad or names]
 
     def impl(*args):
-        call = _arrange(op_name, spec, args)
+        call = arrange(args)
         _check_devices(op_name, names, args)
-        if spec.no_grad:
-            _check_no_grad(op_name, spec.no_grad, [args[names.index(n)] for n in spec.no_grad])
-        else:
-            _check_no_grad(op_name, names, args)
-        _check_python_types(op_name, call)
+        if torch.is_grad_enabled():
+            _check_no_grad(op_name, [names[i] for i in grad_at],
+                           [args[i] if i < len(args) else None for i in grad_at])
         return _run(op_name, call)
     impl.__name__ = f"{op_name}_impl"
     return impl
@@ -235,10 +261,11 @@ def _make_impl(op_name, spec):
 
 def _make_fake(op_name, spec):
     names = spec.head + _WEIGHT_NAMES + _WEIGHT_NAMES_REV
+    arrange = _arranger(op_name, spec)
 
     def fake(*args):
         """The outputs' shapes and strides (the real op validates, in C)."""
-        call = _arrange(op_name, spec, args)
+        call = arrange(args)
         _check_devices(op_name, names, args, real=False)
         x = call.x
         T, B = x.shape[0], x.shape[1]

@@ -12,6 +12,8 @@
 int kl_py_dtype_from_name(const char* name, kl_dtype* dt);
 /* kl_isa_name's inverse: 1 and *isa set; 0 for a name no ISA has. */
 int kl_py_isa_from_name(const char* name, kl_isa* isa);
+/* A compact float32 tensor's data and element count: 1, or 0 for any other tensor. */
+int kl_py_f32_span(const DLTensor* t, float** data, int64_t* n);
 /* CLOCK_MONOTONIC in nanoseconds. */
 long long kl_py_now_ns(void);
 /* Registers the engine's tvm-ffi functions with the libtvm_ffi at path (loaded if

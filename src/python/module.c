@@ -6,6 +6,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
 #include <numpy/arrayobject.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "glue.h"
@@ -148,6 +149,14 @@ static int py_interrupt(void* ctx) {
   return st->raised;
 }
 
+/* The exception of a failed engine call: MemoryError, ValueError (KL_ERR_ARG) or
+ * RuntimeError, with the engine's message. */
+static PyObject* status_error(kl_status s) {
+  PyObject* exc = s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError : PyExc_RuntimeError;
+  PyErr_SetString(exc, *kl_last_error() ? kl_last_error() : kl_status_str(s));
+  return NULL;
+}
+
 static int parse_dtype(const char* name, kl_dtype* dt) {
   if (kl_py_dtype_from_name(name, dt)) return 1;
   PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'float64', 'bfloat16' or 'float16', got '%s'", name);
@@ -223,13 +232,7 @@ static int run_forward(kl_forward_args* fa) {
   s = kl_lstm_forward(fa);
   Py_END_ALLOW_THREADS
   if (ist.raised) return 0; /* the signal handler's exception */
-  if (s != KL_OK) {
-    PyObject* exc = s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError
-                                                                           : PyExc_RuntimeError;
-    PyErr_SetString(exc, *kl_last_error() ? kl_last_error() : kl_status_str(s));
-    return 0;
-  }
-  return 1;
+  return s == KL_OK || (status_error(s), 0);
 }
 
 static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
@@ -358,8 +361,8 @@ static int count_arg(PyObject* arg, int* out) {
 /* Functions that only return an engine value, set a count (count_arg), or parse
  * their arguments (fmt into the locals decl declares) and return one expression. */
 #define NONE(expr) ((expr), Py_NewRef(Py_None))
-#define GETTER(fn, conv, expr) \
-  static PyObject* fn(PyObject* m, PyObject* unused) { return (void)m, (void)unused, conv(expr); }
+#define GETTER(fn, conv, ...) \
+  static PyObject* fn(PyObject* m, PyObject* unused) { return (void)m, (void)unused, conv(__VA_ARGS__); }
 #define PARSED(fn, decl, fmt, result, ...) \
   static PyObject* fn(PyObject* m, PyObject* args) { \
     decl; \
@@ -387,6 +390,9 @@ COUNT_SETTER(mod_set_thread_limit, kl_threads_set_limit)
 COUNT_SETTER(mod_set_host_threads, kl_threads_set_host)
 GETTER(mod_cache_clear, NONE, kl_cache_clear())
 GETTER(mod_env_cache_mb, PyLong_FromLongLong, kl_cache_env_mb())
+/* the raw bytes (None: unset) of the variables the thread rule and the cache read */
+GETTER(mod_env_values, Py_BuildValue, "(yyy)", getenv("KOKORO_LSTM_NUM_THREADS"),
+       getenv("KOKORO_LSTM_MAX_THREADS"), getenv("KOKORO_LSTM_CACHE_MB"))
 PARSED(mod_resolve_threads, int requested; int host, "ii",
        PyLong_FromLong(kl_threads_resolve_with(requested, host)), &requested, &host)
 PARSED(mod_input_layout_ok, long long T; long long B; long long st; long long sb; long long in, "LLLLL",
@@ -521,23 +527,21 @@ static PyObject* mod_random_fill(PyObject* m, PyObject* args, PyObject* kwds) {
                                    &start, &nth))
     return NULL;
   if (stream < 0) return PyErr_Format(PyExc_ValueError, "random_fill: stream must be >= 0, got %lld", stream);
-  if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject*)out) != NPY_FLOAT32 ||
-      !PyArray_IS_C_CONTIGUOUS((PyArrayObject*)out) || !PyArray_ISWRITEABLE((PyArrayObject*)out)) {
-    PyErr_SetString(PyExc_TypeError, "random_fill: out must be a writable C-contiguous float32 numpy array");
-    return NULL;
+  tensor_arg ta;
+  float* y = NULL;
+  int64_t n = 0;
+  const int ok = PyArray_Check(out) && to_dltensor(out, "out", 1, NULL, &ta) && kl_py_f32_span(&ta.t, &y, &n);
+  if (!ok) {
+    PyErr_Clear();
+    return PyErr_Format(PyExc_TypeError, "random_fill: out must be a writable C-contiguous float32 numpy array");
   }
-  const int64_t n = (int64_t)PyArray_SIZE((PyArrayObject*)out);
-  float* y = PyArray_DATA((PyArrayObject*)out);
   kl_status s;
   Py_BEGIN_ALLOW_THREADS
   s = kl_f32_random(dist, (uint64_t)seed, (uint64_t)stream, (int64_t)start, n, y, nth);
   Py_END_ALLOW_THREADS
-  if (s != KL_OK) {
-    PyErr_SetString(s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError : PyExc_RuntimeError,
-                    s == KL_ERR_ARG && *kl_last_error() ? kl_last_error() : kl_status_str(s));
-    return NULL;
-  }
-  Py_RETURN_NONE;
+  if (s == KL_OK) return Py_NewRef(Py_None);
+  if (s == KL_ERR_ARG) return status_error(s);
+  return PyErr_Format(s == KL_ERR_NOMEM ? PyExc_MemoryError : PyExc_RuntimeError, "%s", kl_status_str(s));
 }
 
 static PyMethodDef module_methods[] = {
@@ -583,6 +587,7 @@ static PyMethodDef module_methods[] = {
     {"set_cgroup_paths", mod_set_cgroup_paths, METH_VARARGS, "Test hook: set_cgroup_paths(root, proc_cgroup) for the process's quota (None, None: the default)."},
     {"env_count", mod_env_count, METH_VARARGS, "env_count(name): the environment variable as a thread count, 0 if unset or not one."},
     {"env_cache_mb", mod_env_cache_mb, METH_NOARGS, "KOKORO_LSTM_CACHE_MB as the cache reads it: MiB, -1 unset or blank, -2 ignored."},
+    {"env_values", mod_env_values, METH_NOARGS, "(KOKORO_LSTM_NUM_THREADS, KOKORO_LSTM_MAX_THREADS, KOKORO_LSTM_CACHE_MB) as bytes, None if unset."},
     {"set_pool_params", mod_set_pool_params, METH_VARARGS, "set_pool_params(foreign, pin): 1/0, or -1 for the environment's default."},
     {"tvm_register", mod_tvm_register, METH_O, "Register the tvm-ffi functions with libtvm_ffi at path."},
     {NULL, NULL, 0, NULL}};
