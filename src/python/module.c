@@ -163,8 +163,6 @@ static int parse_dtype(const char* name, kl_dtype* dt) {
   return 0;
 }
 
-/* forward(...): the road into kl_lstm_forward (see its docstring and kl_forward_args).
- * stream: CUDA tensors run on this CUstream (an int; 0: the legacy default stream). */
 /* The tensors of one call: the eight named ones (None: absent) and the weights. */
 enum { NT = 8 };
 static const char* const TENSOR_NAMES[NT] = {"x", "lengths", "h0", "c0", "y", "h_n", "c_n", "gate_bias"};
@@ -235,6 +233,8 @@ static int run_forward(kl_forward_args* fa) {
   return s == KL_OK || (status_error(s), 0);
 }
 
+/* forward(...): see its docstring and kl_forward_args; stream: the CUstream CUDA
+ * tensors run on (an int; 0: the legacy default stream). */
 static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   (void)m;
   static char* kwlist[] = {"x", "lengths", "h0", "c0", "weights", "y", "h_n", "c_n",
@@ -273,21 +273,14 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   return ok ? Py_NewRef(Py_None) : NULL;
 }
 
-/* cuda_compile_check(arch): compiles the CUDA kernels for arch with NVRTC (no
- * GPU needed); raises RuntimeError with the compiler's message on failure. */
 static PyObject* mod_cuda_compile_check(PyObject* m, PyObject* arg) {
-  (void)m;
   const char* arch = PyUnicode_AsUTF8(arg);
-  if (!arch) return NULL;
   kl_status s;
+  if ((void)m, !arch) return NULL;
   Py_BEGIN_ALLOW_THREADS
   s = kl_cuda_compile_check(arch);
   Py_END_ALLOW_THREADS
-  if (s != KL_OK) {
-    PyErr_SetString(PyExc_RuntimeError, kl_last_error());
-    return NULL;
-  }
-  Py_RETURN_NONE;
+  return s == KL_OK ? Py_NewRef(Py_None) : PyErr_Format(PyExc_RuntimeError, "%s", kl_last_error());
 }
 
 static PyObject* mod_cache_drop_owner(PyObject* m, PyObject* arg) {
@@ -334,8 +327,7 @@ static PyObject* mod_set_pack_hook(PyObject* m, PyObject* fn) {
 
 /* ---- threads: the rule is in C (src/core/threads.c); Python passes overrides ---- */
 static PyObject* mod_pool_info(PyObject* m, PyObject* unused) {
-  (void)m;
-  (void)unused;
+  (void)m, (void)unused;
   const char* omp = kl_pool_openmp();
   long own, openmp, tvm;
   kl_pool_jobs(&own, &openmp, &tvm);
@@ -415,8 +407,6 @@ static PyObject* mod_usable_cpus(PyObject* m, PyObject* args) {
   return PyLong_FromLong(root ? kl_cpus_within(kl_cgroup_cpu_limit(root, proc)) : kl_usable_cpus());
 }
 
-/* tvm_register(path_to_libtvm_ffi): registers the engine's tvm-ffi functions
- * (C functions; see src/tvm/kl_tvm.h) with the libtvm_ffi loaded from path. */
 static PyObject* mod_tvm_register(PyObject* m, PyObject* arg) {
   (void)m;
   const char* path = PyUnicode_AsUTF8(arg);
@@ -430,22 +420,17 @@ static PyObject* mod_tvm_register(PyObject* m, PyObject* arg) {
 
 /* ---- module functions ----------------------------------------------------- */
 
-static int parse_isa(const char* name, kl_isa* isa) {
-  if (kl_py_isa_from_name(name, isa)) return 1;
-  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, avx512-amx, neon or neon-bf16)", name);
-  return 0;
-}
-
 static PyObject* mod_set_isa(PyObject* m, PyObject* arg) {
   (void)m;
   const char* name = PyUnicode_AsUTF8(arg);
   kl_isa isa;
-  if (!name || !parse_isa(name, &isa)) return NULL;
-  if (kl_isa_set(isa) != KL_OK) {
-    PyErr_Format(PyExc_ValueError, "this CPU does not support ISA '%s' (best: %s)", name,
-                 kl_isa_name(kl_isa_detected()));
-    return NULL;
-  }
+  if (!name) return NULL;
+  if (!kl_py_isa_from_name(name, &isa))
+    return PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, "
+                        "avx512-amx, neon or neon-bf16)", name);
+  if (kl_isa_set(isa) != KL_OK)
+    return PyErr_Format(PyExc_ValueError, "this CPU does not support ISA '%s' (best: %s)", name,
+                        kl_isa_name(kl_isa_detected()));
   Py_RETURN_NONE;
 }
 
@@ -457,7 +442,6 @@ static PyObject* mod_set_f32_amx(PyObject* m, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-/* activation(kind, x): the active ISA's float32 sigmoid/tanh over x (tests). */
 static PyObject* mod_activation(PyObject* m, PyObject* args) {
   (void)m;
   const char* kind;
@@ -513,10 +497,7 @@ BENCH(mod_bench_fingerprint, Py_ssize_t nbytes; int nth; int reps, "nii",
       nbytes < 64 ? -1.0 : kl_bench_fingerprint((size_t)nbytes, nth, reps),
       "bench_fingerprint: need nbytes >= 64, threads and reps >= 1", &nbytes, &nth, &reps)
 
-/* random_fill(dist, seed, stream, out, start=0, num_threads=0): fills the float32
- * C-contiguous writable array out with elements start.. of the draw (seed,
- * stream) (src/ops/random.h); dist 0 uniform [0, 1), 1 standard normal. seed is
- * an int64 (its bits are the key), stream >= 0. */
+/* random_fill: see its docstring and src/ops/random.h; seed's int64 bits are the key. */
 static PyObject* mod_random_fill(PyObject* m, PyObject* args, PyObject* kwds) {
   (void)m;
   static char* kwlist[] = {"dist", "seed", "stream", "out", "start", "num_threads", NULL};
@@ -556,9 +537,7 @@ static PyMethodDef module_methods[] = {
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
     {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},
     {"blas_name", mod_blas_name, METH_NOARGS, "The BLAS this build links."},
-    {"random_fill", (PyCFunction)(void (*)(void))mod_random_fill, METH_VARARGS | METH_KEYWORDS,
-     "random_fill(dist, seed, stream, out, start=0, num_threads=0): elements start.. of the "
-     "counter-based draw (seed, stream) into float32 out (dist 0 uniform [0, 1), 1 normal)."},
+    {"random_fill", (PyCFunction)(void (*)(void))mod_random_fill, METH_VARARGS | METH_KEYWORDS, "random_fill(dist, seed, stream, out, start=0, num_threads=0): elements start.. of the counter-based draw (seed, stream >= 0) into the writable C-contiguous float32 array out (dist 0 uniform [0, 1), 1 normal)."},
     {"activation", mod_activation, METH_VARARGS, "activation(kind, x): vectorized float32 sigmoid/tanh (tests)."},
     {"forward", (PyCFunction)(void (*)(void))mod_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional, has_bias, "
@@ -572,10 +551,7 @@ static PyMethodDef module_methods[] = {
     {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},
     {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},
     {"get_num_threads", mod_get_num_threads, METH_NOARGS, "The engine's default thread count."},
-    {"pool_info", mod_pool_info, METH_NOARGS,
-     "Which threads run parallel calls: {'pool': 'openmp' or 'own' (calls not made by TVM), "
-     "'openmp': libgomp's path or None, 'jobs_own', 'jobs_openmp', 'jobs_tvm': parallel jobs "
-     "each pool has run}."},
+    {"pool_info", mod_pool_info, METH_NOARGS, "Which threads run parallel calls: {'pool': 'openmp' or 'own' (calls not made by TVM), 'openmp': libgomp's path or None, 'jobs_own', 'jobs_openmp', 'jobs_tvm': parallel jobs each pool has run}."},
     {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
     {"resolve_threads", mod_resolve_threads, METH_VARARGS, "resolve_threads(requested, host): the thread rule (0: the default; host: the host runtime's count, 0 none)."},
     {"set_thread_limit", mod_set_thread_limit, METH_O, "A limit on every thread count (0: none)."},
