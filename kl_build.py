@@ -53,7 +53,7 @@ INCLUDE_DIRS = ["src/include", "src/core", "src/kernels", "src/ops", "src/third_
 CUDA_SOURCES = ["src/cuda/params.cuh", "src/cuda/common.cuh", "src/cuda/gemm.cu", "src/cuda/step.cu",
                 "src/cuda/ptx.cuh", "src/cuda/cluster.cu"]
 CUDA_EMBED = "src/cuda/gen/kl_cuda_src.h"
-BINDING_SOURCES = ["src/python/module.c"]
+BINDING_SOURCES = ["src/python/module.c", "src/python/glue.c"]
 # registers the tvm-ffi functions when an exported TVM library is loaded: in
 # lib/kokoro_lstm_tvm.o only
 AUTOREG_SOURCE = "src/tvm/kl_tvm_autoreg.c"

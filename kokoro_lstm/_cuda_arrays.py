@@ -172,7 +172,6 @@ def lstm_call(lstm, x, lib, hx, lengths, prepare_lengths):
         raise ValueError(f"x: expected a 2-D or 3-D input with input_size {lstm.input_size} last, "
                          f"got shape {tuple(x.shape)}")
     unbatched = x.ndim == 2
-    T = x.shape[0] if unbatched or not lstm.batch_first else x.shape[1]
     B = 1 if unbatched else x.shape[0 if lstm.batch_first else 1]
     LD, H, R = lstm.num_layers * lstm._D, lstm.hidden_size, lstm._R
     h0 = c0 = None
@@ -185,7 +184,7 @@ def lstm_call(lstm, x, lib, hx, lengths, prepare_lengths):
             if tuple(v.shape) != want:
                 raise ValueError(f"{name}: expected shape {want}, got {tuple(v.shape)}")
         h0, c0 = h0.reshape(LD, B, R), c0.reshape(LD, B, H)
-    lengths = prepare_lengths(dev.host_lengths(lengths), B, T, unbatched)
+    lengths = prepare_lengths(dev.host_lengths(lengths), unbatched)
     y, h_n, c_n = forward(dev, x, weights, h0, c0, lengths, num_layers=lstm.num_layers,
                           bidirectional=lstm.bidirectional, has_bias=lstm.bias,
                           proj_size=lstm.proj_size, hidden=H, batch_first=lstm.batch_first,
@@ -206,7 +205,6 @@ def lstm_forward(x, lib, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse, lengths, batch
     unbatched = x.ndim == 2
     if x.ndim not in (2, 3):
         raise ValueError(f"x: expected a 2-D or 3-D input, got shape {tuple(x.shape)}")
-    T = x.shape[0] if unbatched or not batch_first else x.shape[1]
     B = 1 if unbatched else x.shape[0 if batch_first else 1]
     states = []
     for name, v in (("h0", h0), ("c0", c0)):
@@ -217,7 +215,7 @@ def lstm_forward(x, lib, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse, lengths, batch
                                  f"got {tuple(v.shape)}")
             v = v.reshape(1, B, H)
         states.append(v)
-    lengths = prepare_lengths(dev.host_lengths(lengths), B, T, unbatched)
+    lengths = prepare_lengths(dev.host_lengths(lengths), unbatched)
     weights = [a for a in (w_ih, w_hh, b_ih, b_hh) if a is not None]
     y, h_n, c_n = forward(dev, x, weights, *states, lengths, num_layers=1, bidirectional=False,
                           has_bias=b_ih is not None, proj_size=0, hidden=H, batch_first=batch_first,

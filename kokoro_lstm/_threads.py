@@ -12,15 +12,14 @@ engine only overrides:
 
 Counts must be integers in 1..2**31-1; anything else (bools, floats, 0, 2**31) is a
 ValueError naming the argument; an environment variable that is not such a count is
-ignored by the engine, and here with a RuntimeWarning naming it. The same warning
-comes for the weight cache's ``KOKORO_LSTM_CACHE_MB`` (src/core/cache.c), which the
-engine also ignores when it does not parse.
+ignored by the engine, and here with a RuntimeWarning naming it (once per value). The
+same warning comes for the weight cache's ``KOKORO_LSTM_CACHE_MB`` (src/core/cache.c),
+which the engine also ignores when it does not parse.
 """
 from __future__ import annotations
 
 import numbers
 import os
-import re
 import sys
 import warnings
 
@@ -41,8 +40,6 @@ ENV_CACHE_MB = "KOKORO_LSTM_CACHE_MB"
 #: KOKORO_LSTM_CACHE_MB's range (MiB) and the engine's default (cache.c)
 CACHE_MB_MAX = 1 << 40
 CACHE_MB_DEFAULT = 1024
-# what cache.c's strtoll(env, &end, 10) reads to the end: blanks, a sign, digits
-_CACHE_MB = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 
 # ---- validation -----------------------------------------------------------------------
@@ -63,6 +60,11 @@ def check_count(n, name="num_threads", *, allow_none=True):
     return n
 
 
+def _shown(raw):
+    shown = raw.strip()
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
 def _env_count(var):
     """The env variable as the engine reads it: a count, or None when unset/blank;
     ValueError naming it when it is set to something the engine ignores."""
@@ -71,42 +73,45 @@ def _env_count(var):
         return None
     n = _core.env_count(var)
     if n == 0:
-        shown = raw.strip()
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise ValueError(f"{var} must be an integer in 1..{INT_MAX}, got {shown!r}")
+        raise ValueError(f"{var} must be an integer in 1..{INT_MAX}, got {_shown(raw)!r}")
     return n
 
 
 def _cache_mb_env():
-    """KOKORO_LSTM_CACHE_MB as the engine reads it (cache.c): a whole number of MiB in
-    0..2**40, or None when unset/blank; ValueError naming it when it is set to something
-    the engine ignores ("64MB", "-5", "abc")."""
-    raw = os.environ.get(ENV_CACHE_MB, "")
-    if not raw.strip():
-        return None
-    m = _CACHE_MB.fullmatch(raw)
-    # a digit count first: int() refuses strings of over 4300 digits
-    digits = m.group(1).lstrip("+-").lstrip("0") if m else ""
-    if m is None or len(digits) > 13 or not 0 <= int(m.group(1)) <= CACHE_MB_MAX:
-        shown = raw.strip()
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    """KOKORO_LSTM_CACHE_MB as the engine reads it (cache.c, ``_core.env_cache_mb``): a
+    whole number of MiB in 0..2**40, or None when unset/blank; ValueError naming it when
+    it is set to something the engine ignores ("64MB", "-5", "abc")."""
+    mb = _core.env_cache_mb()
+    if mb == -2:
         raise ValueError(f"{ENV_CACHE_MB} must be a whole number of MiB in 0..{CACHE_MB_MAX}, "
-                         f"got {shown!r} (the cache keeps the default {CACHE_MB_DEFAULT} MiB)")
-    return int(m.group(1))
+                         f"got {_shown(os.environ.get(ENV_CACHE_MB, ''))!r} (the cache keeps "
+                         f"the default {CACHE_MB_DEFAULT} MiB)")
+    return None if mb < 0 else mb
+
+
+_ENV_CHECKS = ((ENV_NUM_THREADS, lambda: _env_count(ENV_NUM_THREADS)),
+               (ENV_MAX_THREADS, lambda: _env_count(ENV_MAX_THREADS)),
+               (ENV_CACHE_MB, _cache_mb_env))  # in _core.env_values()'s order
+#: the variables' values last checked: each value is checked (and warned about) once
+_env_seen: tuple = (None, None, None)
 
 
 def _warn_bad_env():
-    """A one-line RuntimeWarning for each thread or cache variable the engine ignores (a
-    bad variable must not break ``import kokoro_lstm`` or every call)."""
-    for var in (ENV_NUM_THREADS, ENV_MAX_THREADS):
+    """A one-line RuntimeWarning for each thread or cache variable the engine ignores,
+    once per value (a bad variable must not break ``import kokoro_lstm`` or every call).
+    One read of the environment the engine sees; only new values are parsed."""
+    global _env_seen
+    values = _core.env_values()
+    if values == _env_seen:
+        return
+    old, _env_seen = _env_seen, values
+    for (var, check), value, before in zip(_ENV_CHECKS, values, old):
+        if value == before:
+            continue
         try:
-            _env_count(var)
+            check()
         except ValueError as e:
             warnings.warn(f"{e}; ignored", RuntimeWarning, stacklevel=4)
-    try:
-        _cache_mb_env()
-    except ValueError as e:
-        warnings.warn(f"{e}; ignored", RuntimeWarning, stacklevel=4)
 
 
 # ---- usable cores --------------------------------------------------------------------

@@ -94,7 +94,8 @@ def _prepare_x(x, input_size: int, batch_first: bool, io):
     return x3.astype(io, copy=False), unbatched
 
 
-def _prepare_lengths(lengths, B: int, T: int, unbatched: bool):
+def _prepare_lengths(lengths, unbatched: bool):
+    """Host int64 lengths; their shape and values are the engine's to check."""
     if lengths is None:
         return None
     if unbatched:
@@ -104,10 +105,6 @@ def _prepare_lengths(lengths, B: int, T: int, unbatched: bool):
     a = np.asarray(lengths)
     if a.dtype.kind not in "iu":
         raise TypeError(f"lengths: expected integers, got dtype {a.dtype}")
-    if a.ndim != 1 or a.shape[0] != B:
-        raise ValueError(f"lengths: expected shape ({B},) (one per batch element), got {a.shape}")
-    if B and (a.min() < 1 or a.max() > T):
-        raise ValueError(f"lengths: each must be in 1..{T} (the sequence length), got min {a.min()}, max {a.max()}")
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
@@ -381,7 +378,7 @@ class LSTM:
         if lib:  # a CUDA array: runs on its GPU, returns its library's arrays
             return _cuda_arrays.lstm_call(self, x, lib, hx, lengths, _prepare_lengths)
         x3, unbatched = _prepare_x(x, self.input_size, self.batch_first, self._io)
-        T, B, _ = x3.shape
+        B = x3.shape[1]
         LD, H, R = self.num_layers * self._D, self.hidden_size, self._R
         h0 = c0 = None
         if hx is not None:
@@ -389,7 +386,7 @@ class LSTM:
                 raise TypeError("hx: expected a tuple (h0, c0)")
             h0 = _prepare_state(hx[0], "h0", (LD, B, R), unbatched, self._io)
             c0 = _prepare_state(hx[1], "c0", (LD, B, H), unbatched, self._io)
-        lengths = _prepare_lengths(lengths, B, T, unbatched)
+        lengths = _prepare_lengths(lengths, unbatched)
         out, h_n, c_n = _forward(self._weights, self._io, x3, self.batch_first, unbatched, h0, c0,
                                  lengths, num_layers=self.num_layers,
                                  bidirectional=self.bidirectional, has_bias=self.bias,
@@ -439,7 +436,7 @@ def lstm_forward(x: ArrayLike, w_ih: ArrayLike, w_hh: ArrayLike, b_ih: Optional[
             _check_shape(b, name, (4 * H,))
         biases.append(b)
     x3, unbatched = _prepare_x(xa, I, batch_first, io)
-    T, B, _ = x3.shape
+    B = x3.shape[1]
     states = []
     for name, v in (("h0", h0), ("c0", c0)):
         if v is not None:
@@ -447,7 +444,7 @@ def lstm_forward(x: ArrayLike, w_ih: ArrayLike, w_hh: ArrayLike, b_ih: Optional[
             _check_shape(v, name, (H,) if unbatched else (B, H))
             v = np.ascontiguousarray(v, dtype=io).reshape(1, B, H)
         states.append(v)
-    lengths = _prepare_lengths(lengths, B, T, unbatched)
+    lengths = _prepare_lengths(lengths, unbatched)
 
     if (biases[0] is None) != (biases[1] is None):  # one bias alone: the other is zero
         biases = [np.zeros(4 * H, dtype=io) if b is None else b for b in biases]

@@ -8,6 +8,8 @@ import sys
 import time
 
 import numpy as np
+import warnings
+
 import pytest
 
 from conftest import require
@@ -126,6 +128,10 @@ def test_thread_env_validation_names_the_variable(monkeypatch, var, value):
         assert kokoro_lstm.get_num_threads() == default
     msg = str(w[0].message)
     assert len(msg) < 200 and "\n" not in msg and "ignored" in msg
+    with warnings.catch_warnings():  # once per value: the next calls are silent
+        warnings.simplefilter("error")
+        assert small_lstm()(X)[0].shape == (5, 2, 8)
+    monkeypatch.setenv(var, value + "x")  # another value warns again
     with pytest.warns(RuntimeWarning, match=var):
         assert small_lstm()(X)[0].shape == (5, 2, 8)
 
@@ -134,12 +140,16 @@ def test_thread_env_validation_names_the_variable(monkeypatch, var, value):
 def test_cache_env_validation_names_the_variable(monkeypatch, value):
     """Issue 37: a KOKORO_LSTM_CACHE_MB the engine ignores (cache.c: a whole number of
     MiB in 0..2**40, else the default) was ignored silently; it warns like a bad thread
-    variable, at every call and in cache_info()."""
+    variable, once per value, at a call or in cache_info()."""
     monkeypatch.setenv("KOKORO_LSTM_CACHE_MB", value)
     with pytest.warns(RuntimeWarning, match="KOKORO_LSTM_CACHE_MB") as w:
         kokoro_lstm.cache_info()
     msg = str(w[0].message)
     assert len(msg) < 200 and "\n" not in msg and "ignored" in msg and "1024 MiB" in msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert small_lstm()(X)[0].shape == (5, 2, 8)
+    monkeypatch.setenv("KOKORO_LSTM_CACHE_MB", value + "x")
     with pytest.warns(RuntimeWarning, match="KOKORO_LSTM_CACHE_MB"):
         assert small_lstm()(X)[0].shape == (5, 2, 8)
 

@@ -108,6 +108,17 @@ def test_env_counts_are_parsed_by_the_engine(monkeypatch):
         assert _core.env_count("KOKORO_LSTM_NUM_THREADS") == want, value
 
 
+def test_cache_mb_is_parsed_by_the_engine(monkeypatch):
+    """_core.env_cache_mb is cache.c's own parse: MiB, -1 unset or blank, -2 ignored."""
+    monkeypatch.delenv("KOKORO_LSTM_CACHE_MB", raising=False)
+    assert _core.env_cache_mb() == -1
+    for value, want in [("64", 64), (" 7", 7), ("+3", 3), ("0", 0), ("", -1), ("  ", -1),
+                        (str(2**40), 2**40), (str(2**40 + 1), -2), ("64MB", -2), ("-5", -2),
+                        ("1.5", -2), ("7 ", -2), ("9" * 5000, -2)]:
+        monkeypatch.setenv("KOKORO_LSTM_CACHE_MB", value)
+        assert _core.env_cache_mb() == want, value
+
+
 @pytest.mark.parametrize("bidirectional,T,B,want", [
     (True, 8, 1, 16),     # a short call of a small batch: the recurrence's 2 x 8 threads
     (True, 127, 1, 16),   # fewer than 128 rows

@@ -154,7 +154,8 @@ def test_fake_impl_shapes():
 
 
 def test_bad_input_errors():
-    """The real op refuses bad input naming the argument, in torch's words."""
+    """The real op refuses bad input with the engine's message (it names the argument),
+    the op's name in front; a RuntimeError as torch's own argument errors are."""
     T, B, I, H = 5, 3, 4, 6
     z = torch.zeros
     x, h0, c0 = z(T, B, I), z(2, B, H), z(2, B, H)
@@ -162,24 +163,29 @@ def test_bad_input_errors():
     ln = torch.full((B,), T, dtype=torch.int64)
 
     def bad(match, *args, op=ko.lstm_forward_packed_bidirectional):
-        with torch.no_grad(), pytest.raises(RuntimeError, match=match):
+        with torch.no_grad(), pytest.raises(RuntimeError, match=match) as e:
             op(*args)
+        assert str(e.value).startswith(f"kokoro::{op._schema.name.split('::')[1]}: ")
+        assert isinstance(e.value, ValueError)  # the engine's refusals are ValueErrors elsewhere
 
-    bad("input must be 3-D", z(T, I), ln, h0, c0, *w)
-    bad("h0 must have shape", x, ln, z(1, B, H), c0, *w)
-    bad("c0 must have shape", x, ln, h0, z(2, B + 1, H), *w)
-    bad("weight_ih_l0 must be", x, ln, h0, c0, z(4 * H + 1, I), *w[1:])
-    bad("weight_hh_l0 must have shape", x, ln, h0, c0, w[0], z(4 * H, H + 1), *w[2:])
-    bad("weight_ih_l0_reverse must have shape", x, ln, h0, c0, *w[:4], z(4 * H, I + 1), *w[5:])
-    bad("bias_hh_l0 must have shape", x, ln, h0, c0, *w[:3], z(H), *w[4:])
-    bad("lengths must have shape", x, torch.full((B + 1,), T), h0, c0, *w)
-    bad("lengths must be int64", x, ln.int(), h0, c0, *w)
-    bad("has dtype", x, ln, h0, c0, z(4 * H, I, dtype=torch.float64), *w[1:])
-    bad("float32 or float64", z(T, B, I, dtype=torch.float16), ln, h0, c0, *w)
+    bad(r"x must be 3-D, got shape \(5, 4\)", z(T, I), ln, h0, c0, *w)
+    bad(r"h0 must have shape \(2, 3, 6\), got \(1, 3, 6\)", x, ln, z(1, B, H), c0, *w)
+    bad(r"c0 must have shape \(2, 3, 6\)", x, ln, h0, z(2, B + 1, H), *w)
+    bad("w_ih of layer 0 must have 4.hidden_size rows", x, ln, h0, c0, z(4 * H + 1, I), *w[1:])
+    bad(r"weights\[1\] \(w_hh of layer 0\) must have shape \(24, 6\)", x, ln, h0, c0, w[0],
+        z(4 * H, H + 1), *w[2:])
+    bad(r"weights\[4\] \(w_ih of layer 0, reverse\) must have shape", x, ln, h0, c0, *w[:4],
+        z(4 * H, I + 1), *w[5:])
+    bad(r"weights\[3\] \(b_hh of layer 0\) must have shape", x, ln, h0, c0, *w[:3], z(H), *w[4:])
+    bad(r"lengths must have shape \(3,\)", x, torch.full((B + 1,), T), h0, c0, *w)
+    bad("lengths must have dtype int64, got int32", x, ln.int(), h0, c0, *w)
+    bad(r"weights\[0\] \(w_ih of layer 0\) must have dtype float32, got float64", x, ln, h0, c0,
+        z(4 * H, I, dtype=torch.float64), *w[1:])
+    bad("x must have dtype float32, got float16", z(T, B, I, dtype=torch.float16), ln, h0, c0, *w)
     bad("both be given or both None", x, ln, h0, c0, *w[:2], None, None, *w[4:])
     bad("h0 must have shape", x, h0, z(1, B, H), *w[:4], op=ko.lstm_forward)
-    with torch.no_grad(), pytest.raises(ValueError, match=r"lengths\[1\] = 6 is outside 1..5"):
-        ko.lstm_forward_packed(x, torch.tensor([1, 6, 2]), h0[:1], c0[:1], *w[:2], None, None)
+    bad(r"lengths\[1\] = 6 is outside 1..5", x, torch.tensor([1, 6, 2]), h0[:1], c0[:1], *w[:2],
+        None, None, op=ko.lstm_forward_packed)
 
 
 def test_arguments_on_another_device_are_refused():

@@ -15,6 +15,7 @@
  *
  * Entries are reference counted: a call holds its entry while it runs, so
  * eviction or replacement by another thread never frees weights in use. */
+#include <ctype.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,12 +60,19 @@ static void atfork_child(void) { pthread_mutex_unlock(&g_lock); }
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void install_atfork(void) {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  const long long mb = kl_cache_env_mb();
+  if (mb >= 0) g_max_bytes = (int64_t)mb << 20;
+}
+
+long long kl_cache_env_mb(void) {
   const char* env = getenv("KOKORO_LSTM_CACHE_MB"); /* a count of MiB; anything else: the default */
-  if (env && *env) {
-    char* end;
-    const long long mb = strtoll(env, &end, 10);
-    if (*end == 0 && mb >= 0 && mb <= ((long long)1 << 40)) g_max_bytes = (int64_t)mb << 20;
-  }
+  if (!env || !*env) return -1;
+  char* end;
+  const long long mb = strtoll(env, &end, 10);
+  if (*end == 0 && end != env && mb >= 0 && mb <= ((long long)1 << 40)) return mb;
+  for (; *env; env++)
+    if (!isspace((unsigned char)*env)) return -2;
+  return -1;
 }
 
 static void entry_free(kl_centry* e) {

@@ -18,6 +18,9 @@ extern "C" {
 /* Test hook: called after packing, before the entry is cached (a write injected
  * here must be detected by the next call). NULL to remove. */
 void kl_cache_set_pack_hook(void (*hook)(void* ctx), void* ctx);
+/* KOKORO_LSTM_CACHE_MB as the weight cache reads it: MiB in 0..2^40; -1 when
+ * unset or blank, -2 when set to something the cache ignores (it keeps its default). */
+long long kl_cache_env_mb(void);
 /* Test hook: called on a miss of untrusted weights after their bytes were read
  * for the fingerprint and before they are packed (a write injected here must
  * not reach a cached packing unseen). NULL to remove. */

@@ -6,11 +6,10 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
 #include <numpy/arrayobject.h>
-#include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "kl_tvm.h"
+#include "glue.h"
 #include "kokoro_lstm.h"
 #include "kokoro_lstm_testing.h"
 #include "random.h"
@@ -56,47 +55,42 @@ static PyObject* call_dlpack(PyObject* obj, PyObject* stream) {
   return cap;
 }
 
-/* Fills a->t from obj; returns 0 with an exception set on failure. stream: the
- * DLPack stream number for CUDA producers. */
+/* A NumPy array described in place; returns 0 with an exception set on failure. */
+static int from_ndarray(PyArrayObject* arr, const char* name, int writable, tensor_arg* a) {
+  const int nd = PyArray_NDIM(arr);
+  PyArray_Descr* d = PyArray_DESCR(arr);
+  const npy_intp isz = PyArray_ITEMSIZE(arr);
+  const char* bad = nd > 8 ? "has too many dimensions"
+                    : !PyArray_ISNBO(d->byteorder) || !PyArray_ISALIGNED(arr) ? "must be aligned and in native byte order"
+                    : writable && !PyArray_ISWRITEABLE(arr) ? "must be writable" : NULL;
+  for (int i = 0; !bad && i < nd; i++) {
+    a->shape[i] = PyArray_DIM(arr, i);
+    a->strides[i] = PyArray_STRIDE(arr, i) / isz;
+    if (PyArray_STRIDE(arr, i) % isz) bad = "has strides that are not multiples of the item size";
+  }
+  if (bad) {
+    PyErr_Format(PyExc_ValueError, "%s %s", name, bad);
+    return 0;
+  }
+  const int kind = d->kind;
+  a->t.dtype.code = kind == 'f' ? kDLFloat : kind == 'i' ? kDLInt : kind == 'u' ? kDLUInt : kDLOpaqueHandle;
+  a->t.dtype.bits = (uint8_t)(isz * 8);
+  a->t.dtype.lanes = 1;
+  a->t.data = PyArray_DATA(arr);
+  a->t.device.device_type = kDLCPU;
+  a->t.ndim = nd;
+  a->t.shape = a->shape;
+  a->t.strides = a->strides;
+  return 1;
+}
+
+/* Fills a->t from obj (an ndarray, a DLPack capsule or a __dlpack__ producer); returns
+ * 0 with an exception set on failure. stream: the DLPack stream number for CUDA
+ * producers. */
 static int to_dltensor(PyObject* obj, const char* name, int writable, PyObject* stream, tensor_arg* a) {
   memset(&a->t, 0, sizeof(a->t));
   a->capsule = NULL;
-  if (PyArray_Check(obj)) {
-    PyArrayObject* arr = (PyArrayObject*)obj;
-    const int nd = PyArray_NDIM(arr);
-    if (nd > 8) {
-      PyErr_Format(PyExc_ValueError, "%s: too many dimensions (%d)", name, nd);
-      return 0;
-    }
-    PyArray_Descr* d = PyArray_DESCR(arr);
-    const npy_intp isz = PyArray_ITEMSIZE(arr);
-    if (!PyArray_ISNBO(d->byteorder) || !PyArray_ISALIGNED(arr)) {
-      PyErr_Format(PyExc_ValueError, "%s must be aligned and in native byte order", name);
-      return 0;
-    }
-    if (writable && !PyArray_ISWRITEABLE(arr)) {
-      PyErr_Format(PyExc_ValueError, "%s must be writable", name);
-      return 0;
-    }
-    const int kind = d->kind;
-    a->t.dtype.code = kind == 'f' ? kDLFloat : kind == 'i' ? kDLInt : kind == 'u' ? kDLUInt : kDLOpaqueHandle;
-    a->t.dtype.bits = (uint8_t)(isz * 8);
-    a->t.dtype.lanes = 1;
-    for (int i = 0; i < nd; i++) {
-      a->shape[i] = PyArray_DIM(arr, i);
-      if (PyArray_STRIDE(arr, i) % isz) {
-        PyErr_Format(PyExc_ValueError, "%s: strides must be multiples of the item size", name);
-        return 0;
-      }
-      a->strides[i] = PyArray_STRIDE(arr, i) / isz;
-    }
-    a->t.data = PyArray_DATA(arr);
-    a->t.device.device_type = kDLCPU;
-    a->t.ndim = nd;
-    a->t.shape = a->shape;
-    a->t.strides = a->strides;
-    return 1;
-  }
+  if (PyArray_Check(obj)) return from_ndarray((PyArrayObject*)obj, name, writable, a);
   /* a DLPack capsule itself (torch_ops passes torch._C._to_dlpack's: no stream
    * handshake, the caller runs on the tensors' stream) or an object's __dlpack__ */
   PyObject* cap = PyCapsule_CheckExact(obj) ? Py_NewRef(obj) : call_dlpack(obj, stream);
@@ -109,19 +103,19 @@ static int to_dltensor(PyObject* obj, const char* name, int writable, PyObject* 
     return 0;
   }
   DLTensor* src = NULL;
+  const char* bad = NULL;
   if (PyCapsule_IsValid(cap, "dltensor")) {
     src = &((DLManagedTensor*)PyCapsule_GetPointer(cap, "dltensor"))->dl_tensor;
   } else if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
     DLManagedTensorVersioned* v = PyCapsule_GetPointer(cap, "dltensor_versioned");
-    if (writable && (v->flags & DLPACK_FLAG_BITMASK_READ_ONLY)) {
-      Py_DECREF(cap);
-      PyErr_Format(PyExc_ValueError, "%s must be writable", name);
-      return 0;
-    }
     src = &v->dl_tensor;
+    if (writable && (v->flags & DLPACK_FLAG_BITMASK_READ_ONLY)) bad = "must be writable";
   } else {
+    bad = ": __dlpack__ did not return a DLPack capsule";
+  }
+  if (bad) {
     Py_DECREF(cap);
-    PyErr_Format(PyExc_TypeError, "%s: __dlpack__ did not return a DLPack capsule", name);
+    PyErr_Format(src ? PyExc_ValueError : PyExc_TypeError, bad[0] == ':' ? "%s%s" : "%s %s", name, bad);
     return 0;
   }
   a->t = *src;
@@ -143,16 +137,10 @@ typedef struct {
   int raised;
 } interrupt_state;
 
-static long long now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static int py_interrupt(void* ctx) {
   interrupt_state* st = ctx;
   if (st->raised) return 1;
-  const long long t = now_ns();
+  const long long t = kl_py_now_ns();
   if (t < st->next_ns) return 0;
   st->next_ns = t + INTERRUPT_POLL_NS;
   PyGILState_STATE g = PyGILState_Ensure();
@@ -161,32 +149,92 @@ static int py_interrupt(void* ctx) {
   return st->raised;
 }
 
+/* The exception of a failed engine call: MemoryError, ValueError (KL_ERR_ARG) or
+ * RuntimeError, with the engine's message. */
+static PyObject* status_error(kl_status s) {
+  PyObject* exc = s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError : PyExc_RuntimeError;
+  PyErr_SetString(exc, *kl_last_error() ? kl_last_error() : kl_status_str(s));
+  return NULL;
+}
+
 static int parse_dtype(const char* name, kl_dtype* dt) {
-  if (strcmp(name, "float32") == 0) *dt = KL_F32;
-  else if (strcmp(name, "float64") == 0) *dt = KL_F64;
-  else if (strcmp(name, "bfloat16") == 0) *dt = KL_BF16;
-  else if (strcmp(name, "float16") == 0) *dt = KL_F16;
-  else {
-    PyErr_Format(PyExc_ValueError,
-                 "dtype must be 'float32', 'float64', 'bfloat16' or 'float16', got '%s'", name);
+  if (kl_py_dtype_from_name(name, dt)) return 1;
+  PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'float64', 'bfloat16' or 'float16', got '%s'", name);
+  return 0;
+}
+
+/* The tensors of one call: the eight named ones (None: absent) and the weights. */
+enum { NT = 8 };
+static const char* const TENSOR_NAMES[NT] = {"x", "lengths", "h0", "c0", "y", "h_n", "c_n", "gate_bias"};
+
+typedef struct {
+  tensor_arg* ta;     /* NT + nw */
+  const DLTensor** wp; /* nw */
+  Py_ssize_t nw;
+} call_tensors;
+
+static void call_tensors_free(call_tensors* c) {
+  if (c->ta)
+    for (Py_ssize_t i = 0; i < NT + c->nw; i++) tensor_arg_clear(&c->ta[i]);
+  free(c->ta);
+  free(c->wp);
+}
+
+/* Describes every tensor of the call into fa; returns 0 with an exception set. The
+ * weights' tuple (seq) holds a reference to each for the whole call: the caller's
+ * list may be emptied by another thread while the GIL is released. */
+static int collect_tensors(PyObject* const in[NT], PyObject* seq, PyObject* dl_stream,
+                           kl_forward_args* fa, call_tensors* c) {
+  c->nw = PyTuple_GET_SIZE(seq);
+  c->ta = calloc((size_t)(NT + c->nw), sizeof(tensor_arg));
+  c->wp = calloc((size_t)(c->nw ? c->nw : 1), sizeof(DLTensor*));
+  if (!c->ta || !c->wp) {
+    PyErr_NoMemory();
     return 0;
   }
+  const DLTensor* ptr[NT] = {NULL};
+  for (int i = 0; i < NT; i++) {
+    if (in[i] == Py_None) continue;
+    if (!to_dltensor(in[i], TENSOR_NAMES[i], i >= 4 && i < 7, dl_stream, &c->ta[i])) return 0;
+    ptr[i] = &c->ta[i].t;
+  }
+  for (Py_ssize_t i = 0; i < c->nw; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "weights[%zd]", i);
+    PyObject* o = PyTuple_GET_ITEM(seq, i);
+    if (o == Py_None) {
+      PyErr_Format(PyExc_TypeError, "%s is None (omit absent biases with has_bias=False)", name);
+      return 0;
+    }
+    if (!to_dltensor(o, name, 0, dl_stream, &c->ta[NT + i])) return 0;
+    c->wp[i] = &c->ta[NT + i].t;
+  }
+  fa->x = ptr[0], fa->lengths = ptr[1], fa->h0 = ptr[2], fa->c0 = ptr[3];
+  fa->y = (DLTensor*)ptr[4], fa->h_n = (DLTensor*)ptr[5], fa->c_n = (DLTensor*)ptr[6];
+  fa->gate_bias = ptr[7];
+  fa->weights = c->wp;
+  fa->num_weights = (int)c->nw;
   return 1;
 }
 
-/* forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional,
- *         has_bias, proj_size=0, batch_first=False, reverse=False,
- *         dtype="float32", num_threads=0, constant_weights=False, owner=0,
- *         gate_bias=None, x_gates=False, stream=0) -> None
- * stream: CUDA tensors run on this CUstream (an int; 0: the legacy default
- * stream), asynchronously.
- * weights: a sequence of tensors (see kokoro_lstm.h). Writes y, h_n, c_n.
- * gate_bias ([D, B, 4H], added to layer 0's input gates) and x_gates (x is layer
- * 0's input projection, [T, B, D*4H]): layer 0's gate input given or augmented
- * by the caller (see kl_forward_args).
- * constant_weights: the caller's promise that the weights never change while
- * their memory lives (skips the staleness check); owner: a token unique to the
- * weights' owner, part of the cache key (see kl_forward_args). */
+/* kl_lstm_forward with the GIL released and Ctrl-C polled on the main thread;
+ * returns 0 with an exception set. */
+static int run_forward(kl_forward_args* fa) {
+  interrupt_state ist = {kl_py_now_ns() + INTERRUPT_POLL_NS, 0};
+  if (g_main_thread && PyThread_get_thread_ident() == g_main_thread) {
+    fa->interrupt = py_interrupt;
+    fa->interrupt_ctx = &ist;
+  }
+  kl_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = kl_lstm_forward(fa);
+  Py_END_ALLOW_THREADS
+  if (ist.raised) return 0; /* the signal handler's exception */
+  return s == KL_OK || (status_error(s), 0);
+}
+
+/* forward(...): see its docstring and kl_forward_args; stream: the CUstream CUDA
+ * tensors run on (an int; 0: the legacy default stream). */
 static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   (void)m;
   static char* kwlist[] = {"x", "lengths", "h0", "c0", "weights", "y", "h_n", "c_n",
@@ -207,8 +255,6 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
   if (!parse_dtype(dtname, &fa.dtype)) return NULL;
   fa.owner = owner;
   fa.stream = (void*)(uintptr_t)stream;
-  /* A tuple of the weights holds a reference to each for the whole call: the
-   * caller's list may be emptied by another thread while the GIL is released. */
   PyObject* seq = PySequence_Check(wo) ? PySequence_Tuple(wo) : NULL;
   if (!seq) {
     if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -218,120 +264,32 @@ static PyObject* mod_forward(PyObject* m, PyObject* args, PyObject* kwds) {
     return NULL;
   }
   PyObject* dl_stream = PyLong_FromUnsignedLongLong(stream ? stream : 1);
-  if (!dl_stream) {
-    Py_DECREF(seq);
-    return NULL;
-  }
-  const Py_ssize_t nw = PyTuple_GET_SIZE(seq);
-  enum { NT = 8 }; /* the tensors other than the weights */
   PyObject* const in[NT] = {xo, leno, h0o, c0o, yo, hno, cno, gbo};
-  const char* names[NT] = {"x", "lengths", "h0", "c0", "y", "h_n", "c_n", "gate_bias"};
-  tensor_arg* ta = calloc((size_t)(NT + nw), sizeof(tensor_arg));
-  const DLTensor** wp = calloc((size_t)(nw ? nw : 1), sizeof(DLTensor*));
-  PyObject* result = NULL;
-  if (!ta || !wp) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  const DLTensor* ptr[NT] = {NULL};
-  for (int i = 0; i < NT; i++) {
-    if (in[i] == Py_None) continue;
-    if (!to_dltensor(in[i], names[i], i >= 4 && i < 7, dl_stream, &ta[i])) goto done;
-    ptr[i] = &ta[i].t;
-  }
-  for (Py_ssize_t i = 0; i < nw; i++) {
-    char name[32];
-    snprintf(name, sizeof(name), "weights[%zd]", i);
-    PyObject* o = PyTuple_GET_ITEM(seq, i);
-    if (o == Py_None) {
-      PyErr_Format(PyExc_TypeError, "%s is None (omit absent biases with has_bias=False)", name);
-      goto done;
-    }
-    if (!to_dltensor(o, name, 0, dl_stream, &ta[NT + i])) goto done;
-    wp[i] = &ta[NT + i].t;
-  }
-  fa.x = ptr[0];
-  fa.lengths = ptr[1];
-  fa.h0 = ptr[2];
-  fa.c0 = ptr[3];
-  fa.y = (DLTensor*)ptr[4];
-  fa.h_n = (DLTensor*)ptr[5];
-  fa.c_n = (DLTensor*)ptr[6];
-  fa.gate_bias = ptr[7];
-  fa.weights = wp;
-  fa.num_weights = (int)nw;
-  interrupt_state ist = {now_ns() + INTERRUPT_POLL_NS, 0};
-  if (g_main_thread && PyThread_get_thread_ident() == g_main_thread) {
-    fa.interrupt = py_interrupt;
-    fa.interrupt_ctx = &ist;
-  }
-  kl_status s;
-  Py_BEGIN_ALLOW_THREADS
-  s = kl_lstm_forward(&fa);
-  Py_END_ALLOW_THREADS
-  if (ist.raised) goto done; /* the signal handler's exception */
-  if (s != KL_OK) {
-    PyObject* exc = s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError
-                                                                           : PyExc_RuntimeError;
-    PyErr_SetString(exc, *kl_last_error() ? kl_last_error() : kl_status_str(s));
-    goto done;
-  }
-  Py_INCREF(Py_None);
-  result = Py_None;
-done:
-  if (ta)
-    for (Py_ssize_t i = 0; i < NT + nw; i++) tensor_arg_clear(&ta[i]);
-  free(ta);
-  free(wp);
+  call_tensors c = {NULL, NULL, 0};
+  const int ok = dl_stream && collect_tensors(in, seq, dl_stream, &fa, &c) && run_forward(&fa);
+  call_tensors_free(&c);
   Py_DECREF(seq);
-  Py_DECREF(dl_stream);
-  return result;
+  Py_XDECREF(dl_stream);
+  return ok ? Py_NewRef(Py_None) : NULL;
 }
 
-/* cuda_compile_check(arch): compiles the CUDA kernels for arch with NVRTC (no
- * GPU needed); raises RuntimeError with the compiler's message on failure. */
 static PyObject* mod_cuda_compile_check(PyObject* m, PyObject* arg) {
-  (void)m;
   const char* arch = PyUnicode_AsUTF8(arg);
-  if (!arch) return NULL;
   kl_status s;
+  if ((void)m, !arch) return NULL;
   Py_BEGIN_ALLOW_THREADS
   s = kl_cuda_compile_check(arch);
   Py_END_ALLOW_THREADS
-  if (s != KL_OK) {
-    PyErr_SetString(PyExc_RuntimeError, kl_last_error());
-    return NULL;
-  }
-  Py_RETURN_NONE;
+  return s == KL_OK ? Py_NewRef(Py_None) : PyErr_Format(PyExc_RuntimeError, "%s", kl_last_error());
 }
 
-/* set_nvrtc_path(path): the NVRTC library the first CUDA call loads, unless
- * $KOKORO_LSTM_NVRTC is set (kl_cuda_set_nvrtc_path). */
+/* set_nvrtc_path(path): the libnvrtc the first CUDA call loads unless $KOKORO_LSTM_NVRTC is set. */
 static PyObject* mod_set_nvrtc_path(PyObject* m, PyObject* arg) {
-  (void)m;
   PyObject* path = NULL;
-  if (!PyUnicode_FSConverter(arg, &path)) return NULL;
+  if ((void)m, !PyUnicode_FSConverter(arg, &path)) return NULL;
   const kl_status s = kl_cuda_set_nvrtc_path(PyBytes_AS_STRING(path));
   Py_DECREF(path);
-  if (s != KL_OK) {
-    PyErr_SetString(PyExc_ValueError, kl_last_error());
-    return NULL;
-  }
-  Py_RETURN_NONE;
-}
-
-static PyObject* mod_cache_clear(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  kl_cache_clear();
-  Py_RETURN_NONE;
-}
-
-/* input_layout_ok(T, B, x_st, x_sb, I): kl_input_layout_ok (strides in elements). */
-static PyObject* mod_input_layout_ok(PyObject* m, PyObject* args) {
-  (void)m;
-  long long T, B, st, sb, in_size;
-  if (!PyArg_ParseTuple(args, "LLLLL", &T, &B, &st, &sb, &in_size)) return NULL;
-  return PyBool_FromLong(kl_input_layout_ok(T, B, st, sb, in_size));
+  return s == KL_OK ? Py_NewRef(Py_None) : PyErr_Format(PyExc_ValueError, "%s", kl_last_error());
 }
 
 static PyObject* mod_cache_drop_owner(PyObject* m, PyObject* arg) {
@@ -378,8 +336,7 @@ static PyObject* mod_set_pack_hook(PyObject* m, PyObject* fn) {
 
 /* ---- threads: the rule is in C (src/core/threads.c); Python passes overrides ---- */
 static PyObject* mod_pool_info(PyObject* m, PyObject* unused) {
-  (void)m;
-  (void)unused;
+  (void)m, (void)unused;
   const char* omp = kl_pool_openmp();
   long own, openmp, tvm;
   kl_pool_jobs(&own, &openmp, &tvm);
@@ -402,51 +359,51 @@ static int count_arg(PyObject* arg, int* out) {
   return 1;
 }
 
-static PyObject* mod_get_num_threads(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyLong_FromLong(kl_get_num_threads());
-}
-
-static PyObject* mod_set_num_threads(PyObject* m, PyObject* arg) {
-  (void)m;
-  int n;
-  if (!count_arg(arg, &n)) return NULL;
-  kl_set_num_threads(n);
-  Py_RETURN_NONE;
-}
-
-static PyObject* mod_resolve_threads(PyObject* m, PyObject* args) {
-  (void)m;
-  int requested, host;
-  if (!PyArg_ParseTuple(args, "ii", &requested, &host)) return NULL;
-  return PyLong_FromLong(kl_threads_resolve_with(requested, host));
-}
-
-static PyObject* mod_set_thread_limit(PyObject* m, PyObject* arg) {
-  (void)m;
-  int n;
-  if (!count_arg(arg, &n)) return NULL;
-  kl_threads_set_limit(n);
-  Py_RETURN_NONE;
-}
-
-static PyObject* mod_thread_limit(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyLong_FromLong(kl_threads_limit());
-}
-
-static PyObject* mod_set_host_threads(PyObject* m, PyObject* arg) {
-  (void)m;
-  int n;
-  if (!count_arg(arg, &n)) return NULL;
-  kl_threads_set_host(n);
-  Py_RETURN_NONE;
-}
-
-static PyObject* mod_max_threads(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyLong_FromLong(kl_max_threads());
-}
+/* Functions that only return an engine value, set a count (count_arg), or parse
+ * their arguments (fmt into the locals decl declares) and return one expression. */
+#define NONE(expr) ((expr), Py_NewRef(Py_None))
+#define GETTER(fn, conv, ...) \
+  static PyObject* fn(PyObject* m, PyObject* unused) { return (void)m, (void)unused, conv(__VA_ARGS__); }
+#define PARSED(fn, decl, fmt, result, ...) \
+  static PyObject* fn(PyObject* m, PyObject* args) { \
+    decl; \
+    if ((void)m, !PyArg_ParseTuple(args, fmt, __VA_ARGS__)) return NULL; \
+    return result; \
+  }
+#define COUNT_SETTER(fn, set) \
+  static PyObject* fn(PyObject* m, PyObject* arg) { \
+    int n; \
+    if ((void)m, !count_arg(arg, &n)) return NULL; \
+    set(n); \
+    Py_RETURN_NONE; \
+  }
+GETTER(mod_get_num_threads, PyLong_FromLong, kl_get_num_threads())
+GETTER(mod_thread_limit, PyLong_FromLong, kl_threads_limit())
+GETTER(mod_max_threads, PyLong_FromLong, kl_max_threads())
+GETTER(mod_get_isa, PyUnicode_FromString, kl_isa_name(kl_isa_active()))
+GETTER(mod_get_f32_amx, PyBool_FromLong, kl_f32_amx_enabled())
+GETTER(mod_f16_narrow_rows, PyBool_FromLong, kl_f16_narrow_rows())
+GETTER(mod_detected_isa, PyUnicode_FromString, kl_isa_name(kl_isa_detected()))
+GETTER(mod_has_avx512bf16, PyBool_FromLong, kl_cpu_has_avx512bf16())
+GETTER(mod_blas_name, PyUnicode_FromString, kl_blas_name())
+COUNT_SETTER(mod_set_num_threads, kl_set_num_threads)
+COUNT_SETTER(mod_set_thread_limit, kl_threads_set_limit)
+COUNT_SETTER(mod_set_host_threads, kl_threads_set_host)
+GETTER(mod_cache_clear, NONE, kl_cache_clear())
+GETTER(mod_env_cache_mb, PyLong_FromLongLong, kl_cache_env_mb())
+/* the raw bytes (None: unset) of the variables the thread rule and the cache read */
+GETTER(mod_env_values, Py_BuildValue, "(yyy)", getenv("KOKORO_LSTM_NUM_THREADS"),
+       getenv("KOKORO_LSTM_MAX_THREADS"), getenv("KOKORO_LSTM_CACHE_MB"))
+PARSED(mod_resolve_threads, int requested; int host, "ii",
+       PyLong_FromLong(kl_threads_resolve_with(requested, host)), &requested, &host)
+PARSED(mod_input_layout_ok, long long T; long long B; long long st; long long sb; long long in, "LLLLL",
+       PyBool_FromLong(kl_input_layout_ok(T, B, st, sb, in)), &T, &B, &st, &sb, &in)
+PARSED(mod_cgroup_cpu_limit, const char* root; const char* proc, "ss",
+       PyFloat_FromDouble(kl_cgroup_cpu_limit(root, proc)), &root, &proc)
+PARSED(mod_set_cgroup_paths, const char* root; const char* proc, "zz",
+       NONE(kl_threads_set_cgroup_paths(root, proc)), &root, &proc)
+PARSED(mod_set_pool_params, kl_pool_params p, "ii", NONE(kl_pool_set_params(p)), &p.foreign, &p.pin)
+PARSED(mod_env_count, const char* name, "s", PyLong_FromLong(kl_env_count(name)), &name)
 
 static PyObject* mod_usable_cpus(PyObject* m, PyObject* args) {
   (void)m;
@@ -459,94 +416,31 @@ static PyObject* mod_usable_cpus(PyObject* m, PyObject* args) {
   return PyLong_FromLong(root ? kl_cpus_within(kl_cgroup_cpu_limit(root, proc)) : kl_usable_cpus());
 }
 
-static PyObject* mod_cgroup_cpu_limit(PyObject* m, PyObject* args) {
-  (void)m;
-  const char *root, *proc;
-  if (!PyArg_ParseTuple(args, "ss", &root, &proc)) return NULL;
-  return PyFloat_FromDouble(kl_cgroup_cpu_limit(root, proc));
-}
-
-static PyObject* mod_set_cgroup_paths(PyObject* m, PyObject* args) {
-  (void)m;
-  const char *root, *proc;
-  if (!PyArg_ParseTuple(args, "zz", &root, &proc)) return NULL;
-  kl_threads_set_cgroup_paths(root, proc);
-  Py_RETURN_NONE;
-}
-
-static PyObject* mod_env_count(PyObject* m, PyObject* arg) {
-  (void)m;
-  const char* name = PyUnicode_AsUTF8(arg);
-  if (!name) return NULL;
-  return PyLong_FromLong(kl_env_count(name));
-}
-
-static PyObject* mod_set_pool_params(PyObject* m, PyObject* args) {
-  (void)m;
-  kl_pool_params p;
-  if (!PyArg_ParseTuple(args, "ii", &p.foreign, &p.pin)) return NULL;
-  kl_pool_set_params(p);
-  Py_RETURN_NONE;
-}
-
-/* tvm_register(path_to_libtvm_ffi): registers the engine's tvm-ffi functions
- * (C functions; see src/tvm/kl_tvm.h) with the libtvm_ffi loaded from path. */
 static PyObject* mod_tvm_register(PyObject* m, PyObject* arg) {
   (void)m;
   const char* path = PyUnicode_AsUTF8(arg);
   if (!path) return NULL;
-  void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-  if (!h) {
-    PyErr_Format(PyExc_OSError, "cannot load %s: %s", path, dlerror());
-    return NULL;
-  }
-  kl_tvm_api api;
-  api.function_create = (int (*)(void*, TVMFFISafeCallType, void (*)(void*), TVMFFIObjectHandle*))dlsym(h, "TVMFFIFunctionCreate");
-  api.function_get_global = (int (*)(const TVMFFIByteArray*, TVMFFIObjectHandle*))dlsym(h, "TVMFFIFunctionGetGlobal");
-  api.function_set_global = (int (*)(const TVMFFIByteArray*, TVMFFIObjectHandle, int))dlsym(h, "TVMFFIFunctionSetGlobal");
-  api.error_set_raised_from_cstr = (void (*)(const char*, const char*))dlsym(h, "TVMFFIErrorSetRaisedFromCStr");
-  api.error_move_from_raised = (void (*)(TVMFFIObjectHandle*))dlsym(h, "TVMFFIErrorMoveFromRaised");
-  api.object_inc_ref = (int (*)(TVMFFIObjectHandle))dlsym(h, "TVMFFIObjectIncRef");
-  api.object_dec_ref = (int (*)(TVMFFIObjectHandle))dlsym(h, "TVMFFIObjectDecRef");
-  api.env_get_stream = (void* (*)(int32_t, int32_t))dlsym(h, "TVMFFIEnvGetStream");
-  char err[160];
-  const int n = kl_tvm_register(&api, err, sizeof(err));
-  if (n < 0) {
-    PyErr_Format(PyExc_RuntimeError, "kokoro_lstm: %s (%s)", err, path);
-    return NULL;
-  }
+  char err[512];
+  const int n = kl_py_tvm_load(path, err, sizeof(err));
+  if (n == -1) return PyErr_Format(PyExc_OSError, "cannot load %s: %s", path, err);
+  if (n < 0) return PyErr_Format(PyExc_RuntimeError, "kokoro_lstm: %s (%s)", err, path);
   return PyLong_FromLong(n);
 }
 
 /* ---- module functions ----------------------------------------------------- */
 
-static int parse_isa(const char* name, kl_isa* isa) {
-  for (int i = 0; i < KL_ISA_COUNT; i++)
-    if (strcmp(name, kl_isa_name((kl_isa)i)) == 0) {
-      *isa = (kl_isa)i;
-      return 1;
-    }
-  PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, avx512-amx, neon or neon-bf16)", name);
-  return 0;
-}
-
 static PyObject* mod_set_isa(PyObject* m, PyObject* arg) {
   (void)m;
   const char* name = PyUnicode_AsUTF8(arg);
   kl_isa isa;
-  if (!name || !parse_isa(name, &isa)) return NULL;
-  if (kl_isa_set(isa) != KL_OK) {
-    PyErr_Format(PyExc_ValueError, "this CPU does not support ISA '%s' (best: %s)", name,
-                 kl_isa_name(kl_isa_detected()));
-    return NULL;
-  }
+  if (!name) return NULL;
+  if (!kl_py_isa_from_name(name, &isa))
+    return PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, "
+                        "avx512-amx, neon or neon-bf16)", name);
+  if (kl_isa_set(isa) != KL_OK)
+    return PyErr_Format(PyExc_ValueError, "this CPU does not support ISA '%s' (best: %s)", name,
+                        kl_isa_name(kl_isa_detected()));
   Py_RETURN_NONE;
-}
-
-static PyObject* mod_get_isa(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyUnicode_FromString(kl_isa_name(kl_isa_active()));
 }
 
 static PyObject* mod_set_f32_amx(PyObject* m, PyObject* arg) {
@@ -557,32 +451,6 @@ static PyObject* mod_set_f32_amx(PyObject* m, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-static PyObject* mod_get_f32_amx(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyBool_FromLong(kl_f32_amx_enabled());
-}
-
-static PyObject* mod_f16_narrow_rows(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyBool_FromLong(kl_f16_narrow_rows());
-}
-
-static PyObject* mod_detected_isa(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyUnicode_FromString(kl_isa_name(kl_isa_detected()));
-}
-
-static PyObject* mod_has_avx512bf16(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyBool_FromLong(kl_cpu_has_avx512bf16());
-}
-
-static PyObject* mod_blas_name(PyObject* m, PyObject* unused) {
-  (void)m, (void)unused;
-  return PyUnicode_FromString(kl_blas_name());
-}
-
-/* activation(kind, x): the active ISA's float32 sigmoid/tanh over x (tests). */
 static PyObject* mod_activation(PyObject* m, PyObject* args) {
   (void)m;
   const char* kind;
@@ -612,57 +480,33 @@ static PyObject* mod_activation(PyObject* m, PyObject* args) {
   return (PyObject*)y;
 }
 
-static PyObject* mod_bench_sgemm(PyObject* m, PyObject* args) {
-  (void)m;
-  int M, N, K, nth, reps;
-  if (!PyArg_ParseTuple(args, "iiiii", &M, &N, &K, &nth, &reps)) return NULL;
-  double t;
-  Py_BEGIN_ALLOW_THREADS
-  t = kl_bench_sgemm(M, N, K, nth, reps);
-  Py_END_ALLOW_THREADS
-  if (t < 0) {
-    PyErr_SetString(PyExc_ValueError, "bench_sgemm: need positive sizes, threads and reps (or out of memory)");
-    return NULL;
-  }
+/* A benchmark's best seconds, or ValueError(msg) when it refused (t < 0). */
+static PyObject* bench_result(double t, const char* msg) {
+  if (t < 0) return PyErr_Format(PyExc_ValueError, "%s", msg);
   return PyFloat_FromDouble(t);
 }
 
-static PyObject* mod_bench_stream(PyObject* m, PyObject* args) {
-  (void)m;
-  Py_ssize_t nbytes;
-  int reps;
-  if (!PyArg_ParseTuple(args, "ni", &nbytes, &reps)) return NULL;
-  double t;
-  Py_BEGIN_ALLOW_THREADS
-  t = nbytes < 64 ? -1.0 : kl_bench_stream((size_t)nbytes, reps);
-  Py_END_ALLOW_THREADS
-  if (t < 0) {
-    PyErr_SetString(PyExc_ValueError, "bench_stream: need nbytes >= 64 and reps >= 1 (or out of memory)");
-    return NULL;
+/* bench_*(args): parse, run the benchmark with the GIL released, its best seconds. */
+#define BENCH(fn, decl, fmt, call, msg, ...) \
+  static PyObject* fn(PyObject* m, PyObject* args) { \
+    decl; \
+    double t; \
+    if ((void)m, !PyArg_ParseTuple(args, fmt, __VA_ARGS__)) return NULL; \
+    Py_BEGIN_ALLOW_THREADS \
+    t = call; \
+    Py_END_ALLOW_THREADS \
+    return bench_result(t, msg); \
   }
-  return PyFloat_FromDouble(t);
-}
+BENCH(mod_bench_sgemm, int M; int N; int K; int nth; int reps, "iiiii", kl_bench_sgemm(M, N, K, nth, reps),
+      "bench_sgemm: need positive sizes, threads and reps (or out of memory)", &M, &N, &K, &nth, &reps)
+BENCH(mod_bench_stream, Py_ssize_t nbytes; int reps, "ni",
+      nbytes < 64 ? -1.0 : kl_bench_stream((size_t)nbytes, reps),
+      "bench_stream: need nbytes >= 64 and reps >= 1 (or out of memory)", &nbytes, &reps)
+BENCH(mod_bench_fingerprint, Py_ssize_t nbytes; int nth; int reps, "nii",
+      nbytes < 64 ? -1.0 : kl_bench_fingerprint((size_t)nbytes, nth, reps),
+      "bench_fingerprint: need nbytes >= 64, threads and reps >= 1", &nbytes, &nth, &reps)
 
-static PyObject* mod_bench_fingerprint(PyObject* m, PyObject* args) {
-  (void)m;
-  Py_ssize_t nbytes;
-  int nth, reps;
-  if (!PyArg_ParseTuple(args, "nii", &nbytes, &nth, &reps)) return NULL;
-  double t;
-  Py_BEGIN_ALLOW_THREADS
-  t = nbytes < 64 ? -1.0 : kl_bench_fingerprint((size_t)nbytes, nth, reps);
-  Py_END_ALLOW_THREADS
-  if (t < 0) {
-    PyErr_SetString(PyExc_ValueError, "bench_fingerprint: need nbytes >= 64, threads and reps >= 1");
-    return NULL;
-  }
-  return PyFloat_FromDouble(t);
-}
-
-/* random_fill(dist, seed, stream, out, start=0, num_threads=0): fills the float32
- * C-contiguous writable array out with elements start.. of the draw (seed,
- * stream) (src/ops/random.h); dist 0 uniform [0, 1), 1 standard normal. seed is
- * an int64 (its bits are the key), stream >= 0. */
+/* random_fill: see its docstring and src/ops/random.h; seed's int64 bits are the key. */
 static PyObject* mod_random_fill(PyObject* m, PyObject* args, PyObject* kwds) {
   (void)m;
   static char* kwlist[] = {"dist", "seed", "stream", "out", "start", "num_threads", NULL};
@@ -672,31 +516,22 @@ static PyObject* mod_random_fill(PyObject* m, PyObject* args, PyObject* kwds) {
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "iLLO|Li", kwlist, &dist, &seed, &stream, &out,
                                    &start, &nth))
     return NULL;
-  if (dist != KL_RANDOM_UNIFORM && dist != KL_RANDOM_NORMAL) {
-    PyErr_Format(PyExc_ValueError, "random_fill: dist must be 0 (uniform) or 1 (normal), got %d", dist);
-    return NULL;
+  if (stream < 0) return PyErr_Format(PyExc_ValueError, "random_fill: stream must be >= 0, got %lld", stream);
+  tensor_arg ta;
+  float* y = NULL;
+  int64_t n = 0;
+  const int ok = PyArray_Check(out) && to_dltensor(out, "out", 1, NULL, &ta) && kl_py_f32_span(&ta.t, &y, &n);
+  if (!ok) {
+    PyErr_Clear();
+    return PyErr_Format(PyExc_TypeError, "random_fill: out must be a writable C-contiguous float32 numpy array");
   }
-  if (stream < 0 || start < 0 || nth < 0) {
-    PyErr_SetString(PyExc_ValueError, "random_fill: stream, start and num_threads must be >= 0");
-    return NULL;
-  }
-  if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject*)out) != NPY_FLOAT32 ||
-      !PyArray_IS_C_CONTIGUOUS((PyArrayObject*)out) || !PyArray_ISWRITEABLE((PyArrayObject*)out)) {
-    PyErr_SetString(PyExc_TypeError, "random_fill: out must be a writable C-contiguous float32 numpy array");
-    return NULL;
-  }
-  const int64_t n = (int64_t)PyArray_SIZE((PyArrayObject*)out);
-  float* y = PyArray_DATA((PyArrayObject*)out);
   kl_status s;
   Py_BEGIN_ALLOW_THREADS
   s = kl_f32_random(dist, (uint64_t)seed, (uint64_t)stream, (int64_t)start, n, y, nth);
   Py_END_ALLOW_THREADS
-  if (s != KL_OK) {
-    PyErr_SetString(s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError : PyExc_RuntimeError,
-                    s == KL_ERR_ARG && *kl_last_error() ? kl_last_error() : kl_status_str(s));
-    return NULL;
-  }
-  Py_RETURN_NONE;
+  if (s == KL_OK) return Py_NewRef(Py_None);
+  if (s == KL_ERR_ARG) return status_error(s);
+  return PyErr_Format(s == KL_ERR_NOMEM ? PyExc_MemoryError : PyExc_RuntimeError, "%s", kl_status_str(s));
 }
 
 static PyMethodDef module_methods[] = {
@@ -711,9 +546,7 @@ static PyMethodDef module_methods[] = {
     {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
     {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},
     {"blas_name", mod_blas_name, METH_NOARGS, "The BLAS this build links."},
-    {"random_fill", (PyCFunction)(void (*)(void))mod_random_fill, METH_VARARGS | METH_KEYWORDS,
-     "random_fill(dist, seed, stream, out, start=0, num_threads=0): elements start.. of the "
-     "counter-based draw (seed, stream) into float32 out (dist 0 uniform [0, 1), 1 normal)."},
+    {"random_fill", (PyCFunction)(void (*)(void))mod_random_fill, METH_VARARGS | METH_KEYWORDS, "random_fill(dist, seed, stream, out, start=0, num_threads=0): elements start.. of the counter-based draw (seed, stream >= 0) into the writable C-contiguous float32 array out (dist 0 uniform [0, 1), 1 normal)."},
     {"activation", mod_activation, METH_VARARGS, "activation(kind, x): vectorized float32 sigmoid/tanh (tests)."},
     {"forward", (PyCFunction)(void (*)(void))mod_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional, has_bias, "
@@ -728,10 +561,7 @@ static PyMethodDef module_methods[] = {
     {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},
     {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},
     {"get_num_threads", mod_get_num_threads, METH_NOARGS, "The engine's default thread count."},
-    {"pool_info", mod_pool_info, METH_NOARGS,
-     "Which threads run parallel calls: {'pool': 'openmp' or 'own' (calls not made by TVM), "
-     "'openmp': libgomp's path or None, 'jobs_own', 'jobs_openmp', 'jobs_tvm': parallel jobs "
-     "each pool has run}."},
+    {"pool_info", mod_pool_info, METH_NOARGS, "Which threads run parallel calls: {'pool': 'openmp' or 'own' (calls not made by TVM), 'openmp': libgomp's path or None, 'jobs_own', 'jobs_openmp', 'jobs_tvm': parallel jobs each pool has run}."},
     {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
     {"resolve_threads", mod_resolve_threads, METH_VARARGS, "resolve_threads(requested, host): the thread rule (0: the default; host: the host runtime's count, 0 none)."},
     {"set_thread_limit", mod_set_thread_limit, METH_O, "A limit on every thread count (0: none)."},
@@ -741,7 +571,9 @@ static PyMethodDef module_methods[] = {
     {"usable_cpus", mod_usable_cpus, METH_VARARGS, "usable_cpus(root=None, proc_cgroup=None): CPUs in the affinity mask, at most the cgroup CPU quota rounded up."},
     {"cgroup_cpu_limit", mod_cgroup_cpu_limit, METH_VARARGS, "cgroup_cpu_limit(root, proc_cgroup): the CPU quota in CPUs (0.0: none)."},
     {"set_cgroup_paths", mod_set_cgroup_paths, METH_VARARGS, "Test hook: set_cgroup_paths(root, proc_cgroup) for the process's quota (None, None: the default)."},
-    {"env_count", mod_env_count, METH_O, "env_count(name): the environment variable as a thread count, 0 if unset or not one."},
+    {"env_count", mod_env_count, METH_VARARGS, "env_count(name): the environment variable as a thread count, 0 if unset or not one."},
+    {"env_cache_mb", mod_env_cache_mb, METH_NOARGS, "KOKORO_LSTM_CACHE_MB as the cache reads it: MiB, -1 unset or blank, -2 ignored."},
+    {"env_values", mod_env_values, METH_NOARGS, "(KOKORO_LSTM_NUM_THREADS, KOKORO_LSTM_MAX_THREADS, KOKORO_LSTM_CACHE_MB) as bytes, None if unset."},
     {"set_pool_params", mod_set_pool_params, METH_VARARGS, "set_pool_params(foreign, pin): 1/0, or -1 for the environment's default."},
     {"tvm_register", mod_tvm_register, METH_O, "Register the tvm-ffi functions with libtvm_ffi at path."},
     {NULL, NULL, 0, NULL}};

@@ -1,0 +1,68 @@
+/* The binding's plain-C helpers (glue.h). */
+#include "glue.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "kl_tvm.h"
+
+int kl_py_dtype_from_name(const char* name, kl_dtype* dt) {
+  static const char* const names[] = {"float32", "float64", "bfloat16", "float16"};
+  static const kl_dtype dtypes[] = {KL_F32, KL_F64, KL_BF16, KL_F16};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if (strcmp(name, names[i]) == 0) {
+      *dt = dtypes[i];
+      return 1;
+    }
+  return 0;
+}
+
+int kl_py_isa_from_name(const char* name, kl_isa* isa) {
+  for (int i = 0; i < KL_ISA_COUNT; i++)
+    if (strcmp(name, kl_isa_name((kl_isa)i)) == 0) {
+      *isa = (kl_isa)i;
+      return 1;
+    }
+  return 0;
+}
+
+int kl_py_f32_span(const DLTensor* t, float** data, int64_t* n) {
+  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) return 0;
+  int64_t count = 1;
+  for (int i = 0; i < t->ndim; i++) count *= t->shape[i];
+  for (int64_t i = t->ndim - 1, stride = 1; count && i >= 0; i--) { /* empty: any strides */
+    if (t->strides && t->shape[i] != 1 && t->strides[i] != stride) return 0;
+    stride *= t->shape[i];
+  }
+  *data = (float*)((char*)t->data + t->byte_offset);
+  *n = count;
+  return 1;
+}
+
+long long kl_py_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int kl_py_tvm_load(const char* path, char* err, size_t errlen) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  if (!h) {
+    snprintf(err, errlen, "%s", dlerror());
+    return -1;
+  }
+  kl_tvm_api api;
+  api.function_create = (int (*)(void*, TVMFFISafeCallType, void (*)(void*), TVMFFIObjectHandle*))dlsym(h, "TVMFFIFunctionCreate");
+  api.function_get_global = (int (*)(const TVMFFIByteArray*, TVMFFIObjectHandle*))dlsym(h, "TVMFFIFunctionGetGlobal");
+  api.function_set_global = (int (*)(const TVMFFIByteArray*, TVMFFIObjectHandle, int))dlsym(h, "TVMFFIFunctionSetGlobal");
+  api.error_set_raised_from_cstr = (void (*)(const char*, const char*))dlsym(h, "TVMFFIErrorSetRaisedFromCStr");
+  api.error_move_from_raised = (void (*)(TVMFFIObjectHandle*))dlsym(h, "TVMFFIErrorMoveFromRaised");
+  api.object_inc_ref = (int (*)(TVMFFIObjectHandle))dlsym(h, "TVMFFIObjectIncRef");
+  api.object_dec_ref = (int (*)(TVMFFIObjectHandle))dlsym(h, "TVMFFIObjectDecRef");
+  api.env_get_stream = (void* (*)(int32_t, int32_t))dlsym(h, "TVMFFIEnvGetStream");
+  const int n = kl_tvm_register(&api, err, errlen);
+  return n < 0 ? -2 : n;
+}
