@@ -41,6 +41,25 @@ int kl_py_f32_span(const DLTensor* t, float** data, int64_t* n) {
   return 1;
 }
 
+int kl_py_isa_set(const char* name, char* err, size_t n) {
+  kl_isa isa;
+  if (!kl_py_isa_from_name(name, &isa)) {
+    snprintf(err, n, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, avx512-amx, neon or neon-bf16)",
+             name);
+    return 0;
+  }
+  if (kl_isa_set(isa) == KL_OK) return 1;
+  snprintf(err, n, "this CPU does not support ISA '%s' (best: %s)", name, kl_isa_name(kl_isa_detected()));
+  return 0;
+}
+
+int kl_py_poll_due(long long* next_ns, long long period_ns) {
+  const long long t = kl_py_now_ns();
+  if (t < *next_ns) return 0;
+  *next_ns = t + period_ns;
+  return 1;
+}
+
 long long kl_py_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -14,6 +14,10 @@ int kl_py_dtype_from_name(const char* name, kl_dtype* dt);
 int kl_py_isa_from_name(const char* name, kl_isa* isa);
 /* A compact float32 tensor's data and element count: 1, or 0 for any other tensor. */
 int kl_py_f32_span(const DLTensor* t, float** data, int64_t* n);
+/* kl_isa_set by name: 1, or 0 and why in err (an unknown name, an ISA this CPU lacks). */
+int kl_py_isa_set(const char* name, char* err, size_t n);
+/* 1 when CLOCK_MONOTONIC has passed *next_ns (then *next_ns = now + period_ns), else 0. */
+int kl_py_poll_due(long long* next_ns, long long period_ns);
 /* CLOCK_MONOTONIC in nanoseconds. */
 long long kl_py_now_ns(void);
 /* Registers the engine's tvm-ffi functions with the libtvm_ffi at path (loaded if

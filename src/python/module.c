@@ -1,7 +1,5 @@
-/* kokoro_lstm._core: the thin CPython binding of the C core (the only file
- * that includes Python.h). It checks types and shapes, releases the GIL
- * around compute and maps kl_status to exceptions; argument conveniences
- * (dtype casts, batch_first, defaults) live in kokoro_lstm/numpy_api.py. */
+/* kokoro_lstm._core: the thin CPython binding of the C core, the only file that includes
+ * Python.h: objects to DLTensors, the GIL released around compute, kl_status to exceptions. */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
@@ -15,11 +13,8 @@
 #include "random.h"
 #include "threads.h"
 
-/* ---- forward: every front's road into kl_lstm_forward ------------------------
- *
- * Tensors are NumPy arrays (described in place), any object with __dlpack__
- * (torch tensors, CuPy arrays, ...), a DLPack capsule, or None. The binding only turns them into DLTensors;
- * kl_lstm_forward validates everything once. */
+/* ---- forward: every front's road into kl_lstm_forward. Tensors are NumPy arrays (described
+ * in place), __dlpack__ producers, DLPack capsules or None; kl_lstm_forward validates them. */
 
 typedef struct {
   DLTensor t;
@@ -35,23 +30,19 @@ static void tensor_arg_clear(tensor_arg* a) { Py_CLEAR(a->capsule); }
 static PyObject* call_dlpack(PyObject* obj, PyObject* stream) {
   PyObject* dev = PyObject_HasAttrString(obj, "__dlpack_device__")
                       ? PyObject_CallMethod(obj, "__dlpack_device__", NULL) : NULL;
-  if (!dev) {
+  long type = dev && PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1 ? PyLong_AsLong(PyTuple_GET_ITEM(dev, 0)) : -1;
+  Py_XDECREF(dev);
+  if (!dev || type != kDLCUDA) {
+    if (dev && type == -1 && PyErr_Occurred()) return NULL;
     PyErr_Clear();
     return PyObject_CallMethod(obj, "__dlpack__", NULL);
   }
-  long type = -1;
-  if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1) type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-  Py_DECREF(dev);
-  if (type == -1 && PyErr_Occurred()) return NULL;
-  if (type != kDLCUDA) return PyObject_CallMethod(obj, "__dlpack__", NULL);
-  PyObject* kw = Py_BuildValue("{s:O}", "stream", stream);
-  if (!kw) return NULL;
-  PyObject* meth = PyObject_GetAttrString(obj, "__dlpack__");
-  PyObject* empty = PyTuple_New(0);
-  PyObject* cap = meth && empty ? PyObject_Call(meth, empty, kw) : NULL;
-  Py_XDECREF(meth);
-  Py_XDECREF(empty);
-  Py_DECREF(kw);
+  PyObject* kwnames = Py_BuildValue("(s)", "stream");
+  PyObject* const argv[] = {obj, stream};
+  PyObject* name = PyUnicode_InternFromString("__dlpack__");
+  PyObject* cap = kwnames && name ? PyObject_VectorcallMethod(name, argv, 1, kwnames) : NULL;
+  Py_XDECREF(name);
+  Py_XDECREF(kwnames);
   return cap;
 }
 
@@ -123,12 +114,9 @@ static int to_dltensor(PyObject* obj, const char* name, int writable, PyObject* 
   return 1;
 }
 
-/* Ctrl-C during a long call: the engine asks py_interrupt on the calling thread
- * between layers and every KL_INTERRUPT_STEPS steps; at most every
- * INTERRUPT_POLL_NS it takes the GIL and runs Python's signal handlers, and a
- * handler's exception (KeyboardInterrupt) stops the run and is raised by the
- * call. Only the main thread runs signal handlers, so calls on other threads
- * pass no callback; calls shorter than INTERRUPT_POLL_NS never take the GIL. */
+/* Ctrl-C during a long call: the engine polls py_interrupt, which at most every
+ * INTERRUPT_POLL_NS runs Python's signal handlers with the GIL; a handler's exception
+ * (KeyboardInterrupt) stops the run. Only the main thread runs handlers. */
 #define INTERRUPT_POLL_NS 50000000LL
 static unsigned long g_main_thread; /* threading.main_thread().ident at import */
 
@@ -139,10 +127,7 @@ typedef struct {
 
 static int py_interrupt(void* ctx) {
   interrupt_state* st = ctx;
-  if (st->raised) return 1;
-  const long long t = kl_py_now_ns();
-  if (t < st->next_ns) return 0;
-  st->next_ns = t + INTERRUPT_POLL_NS;
+  if (st->raised || !kl_py_poll_due(&st->next_ns, INTERRUPT_POLL_NS)) return st->raised;
   PyGILState_STATE g = PyGILState_Ensure();
   st->raised = PyErr_CheckSignals() < 0; /* the exception stays set on this thread */
   PyGILState_Release(g);
@@ -158,9 +143,8 @@ static PyObject* status_error(kl_status s) {
 }
 
 static int parse_dtype(const char* name, kl_dtype* dt) {
-  if (kl_py_dtype_from_name(name, dt)) return 1;
-  PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'float64', 'bfloat16' or 'float16', got '%s'", name);
-  return 0;
+  return kl_py_dtype_from_name(name, dt) ||
+         (PyErr_Format(PyExc_ValueError, "dtype must be 'float32', 'float64', 'bfloat16' or 'float16', got '%s'", name), 0);
 }
 
 /* The tensors of one call: the eight named ones (None: absent) and the weights. */
@@ -292,14 +276,6 @@ static PyObject* mod_set_nvrtc_path(PyObject* m, PyObject* arg) {
   return s == KL_OK ? Py_NewRef(Py_None) : PyErr_Format(PyExc_ValueError, "%s", kl_last_error());
 }
 
-static PyObject* mod_cache_drop_owner(PyObject* m, PyObject* arg) {
-  (void)m;
-  const unsigned long long owner = PyLong_AsUnsignedLongLong(arg);
-  if (owner == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-  kl_cache_drop_owner(owner);
-  Py_RETURN_NONE;
-}
-
 static PyObject* mod_cache_info(PyObject* m, PyObject* unused) {
   (void)m, (void)unused;
   const kl_cache_stats s = kl_cache_get_stats();
@@ -314,20 +290,15 @@ static PyObject* g_pack_hook;
 static void pack_hook_trampoline(void* ctx) {
   (void)ctx;
   PyGILState_STATE st = PyGILState_Ensure();
-  if (g_pack_hook) {
-    PyObject* r = PyObject_CallNoArgs(g_pack_hook);
-    if (!r) PyErr_WriteUnraisable(g_pack_hook);
-    Py_XDECREF(r);
-  }
+  PyObject* r = g_pack_hook ? PyObject_CallNoArgs(g_pack_hook) : Py_NewRef(Py_None);
+  if (!r) PyErr_WriteUnraisable(g_pack_hook);
+  Py_XDECREF(r);
   PyGILState_Release(st);
 }
 
 static PyObject* mod_set_pack_hook(PyObject* m, PyObject* fn) {
-  (void)m;
-  if (fn != Py_None && !PyCallable_Check(fn)) {
-    PyErr_SetString(PyExc_TypeError, "set_pack_hook takes a callable or None");
-    return NULL;
-  }
+  if ((void)m, fn != Py_None && !PyCallable_Check(fn))
+    return PyErr_Format(PyExc_TypeError, "set_pack_hook takes a callable or None");
   kl_cache_set_pack_hook(NULL, NULL);
   Py_XSETREF(g_pack_hook, fn == Py_None ? NULL : Py_NewRef(fn));
   if (g_pack_hook) kl_cache_set_pack_hook(pack_hook_trampoline, NULL);
@@ -351,12 +322,9 @@ static PyObject* mod_pool_info(PyObject* m, PyObject* unused) {
 static int count_arg(PyObject* arg, int* out) {
   const long n = PyLong_AsLong(arg);
   if (n == -1 && PyErr_Occurred()) return 0;
-  if (n < 0 || n > INT_MAX) {
-    PyErr_Format(PyExc_ValueError, "a thread count must be in 0..%d (0: none), got %ld", INT_MAX, n);
-    return 0;
-  }
-  *out = (int)n;
-  return 1;
+  if (n >= 0 && n <= INT_MAX) return *out = (int)n, 1;
+  PyErr_Format(PyExc_ValueError, "a thread count must be in 0..%d (0: none), got %ld", INT_MAX, n);
+  return 0;
 }
 
 /* Functions that only return an engine value, set a count (count_arg), or parse
@@ -404,15 +372,13 @@ PARSED(mod_set_cgroup_paths, const char* root; const char* proc, "zz",
        NONE(kl_threads_set_cgroup_paths(root, proc)), &root, &proc)
 PARSED(mod_set_pool_params, kl_pool_params p, "ii", NONE(kl_pool_set_params(p)), &p.foreign, &p.pin)
 PARSED(mod_env_count, const char* name, "s", PyLong_FromLong(kl_env_count(name)), &name)
+PARSED(mod_set_f32_amx, int on, "p", NONE(kl_f32_amx_set(on)), &on)
+PARSED(mod_cache_drop_owner, unsigned long long owner, "K", NONE(kl_cache_drop_owner(owner)), &owner)
 
 static PyObject* mod_usable_cpus(PyObject* m, PyObject* args) {
-  (void)m;
   const char *root = NULL, *proc = NULL;
-  if (!PyArg_ParseTuple(args, "|zz", &root, &proc)) return NULL;
-  if (!root != !proc) {
-    PyErr_SetString(PyExc_ValueError, "usable_cpus takes both paths or neither");
-    return NULL;
-  }
+  if ((void)m, !PyArg_ParseTuple(args, "|zz", &root, &proc)) return NULL;
+  if (!root != !proc) return PyErr_Format(PyExc_ValueError, "usable_cpus takes both paths or neither");
   return PyLong_FromLong(root ? kl_cpus_within(kl_cgroup_cpu_limit(root, proc)) : kl_usable_cpus());
 }
 
@@ -430,63 +396,35 @@ static PyObject* mod_tvm_register(PyObject* m, PyObject* arg) {
 /* ---- module functions ----------------------------------------------------- */
 
 static PyObject* mod_set_isa(PyObject* m, PyObject* arg) {
-  (void)m;
   const char* name = PyUnicode_AsUTF8(arg);
-  kl_isa isa;
-  if (!name) return NULL;
-  if (!kl_py_isa_from_name(name, &isa))
-    return PyErr_Format(PyExc_ValueError, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512-bf16, "
-                        "avx512-amx, neon or neon-bf16)", name);
-  if (kl_isa_set(isa) != KL_OK)
-    return PyErr_Format(PyExc_ValueError, "this CPU does not support ISA '%s' (best: %s)", name,
-                        kl_isa_name(kl_isa_detected()));
-  Py_RETURN_NONE;
+  char err[160];
+  if ((void)m, !name) return NULL;
+  return kl_py_isa_set(name, err, sizeof(err)) ? Py_NewRef(Py_None) : PyErr_Format(PyExc_ValueError, "%s", err);
 }
 
-static PyObject* mod_set_f32_amx(PyObject* m, PyObject* arg) {
-  (void)m;
-  const int on = PyObject_IsTrue(arg);
-  if (on < 0) return NULL;
-  kl_f32_amx_set(on);
-  Py_RETURN_NONE;
-}
-
+/* activation(kind, x): kl_f32_activation ('sigmoid' or 'tanh') of x as float32 (tests). */
 static PyObject* mod_activation(PyObject* m, PyObject* args) {
-  (void)m;
   const char* kind;
   PyObject* xo;
-  if (!PyArg_ParseTuple(args, "sO", &kind, &xo)) return NULL;
-  int k;
-  if (strcmp(kind, "sigmoid") == 0) k = 0;
-  else if (strcmp(kind, "tanh") == 0) k = 1;
-  else {
-    PyErr_Format(PyExc_ValueError, "kind must be 'sigmoid' or 'tanh', got '%s'", kind);
-    return NULL;
-  }
+  if ((void)m, !PyArg_ParseTuple(args, "sO", &kind, &xo)) return NULL;
+  const int k = !strcmp(kind, "sigmoid") ? 0 : !strcmp(kind, "tanh") ? 1 : -1;
+  if (k < 0) return PyErr_Format(PyExc_ValueError, "kind must be 'sigmoid' or 'tanh', got '%s'", kind);
   PyArrayObject* x = (PyArrayObject*)PyArray_FROMANY(xo, NPY_FLOAT32, 0, 0, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
-  if (!x) return NULL;
-  PyArrayObject* y = (PyArrayObject*)PyArray_NewLikeArray(x, NPY_CORDER, NULL, 0);
-  if (!y) {
-    Py_DECREF(x);
-    return NULL;
+  PyArrayObject* y = x ? (PyArrayObject*)PyArray_NewLikeArray(x, NPY_CORDER, NULL, 0) : NULL;
+  if (y) {
+    const size_t n = (size_t)PyArray_SIZE(x);
+    const float* xp = PyArray_DATA(x);
+    float* yp = PyArray_DATA(y);
+    Py_BEGIN_ALLOW_THREADS
+    kl_f32_activation(k, n, xp, yp);
+    Py_END_ALLOW_THREADS
   }
-  const size_t n = (size_t)PyArray_SIZE(x);
-  const float* xp = PyArray_DATA(x);
-  float* yp = PyArray_DATA(y);
-  Py_BEGIN_ALLOW_THREADS
-  kl_f32_activation(k, n, xp, yp);
-  Py_END_ALLOW_THREADS
-  Py_DECREF(x);
+  Py_XDECREF(x);
   return (PyObject*)y;
 }
 
-/* A benchmark's best seconds, or ValueError(msg) when it refused (t < 0). */
-static PyObject* bench_result(double t, const char* msg) {
-  if (t < 0) return PyErr_Format(PyExc_ValueError, "%s", msg);
-  return PyFloat_FromDouble(t);
-}
-
-/* bench_*(args): parse, run the benchmark with the GIL released, its best seconds. */
+/* bench_*(args): parse, run the benchmark with the GIL released, its best seconds
+ * (ValueError(msg) when it refused: t < 0). */
 #define BENCH(fn, decl, fmt, call, msg, ...) \
   static PyObject* fn(PyObject* m, PyObject* args) { \
     decl; \
@@ -495,7 +433,7 @@ static PyObject* bench_result(double t, const char* msg) {
     Py_BEGIN_ALLOW_THREADS \
     t = call; \
     Py_END_ALLOW_THREADS \
-    return bench_result(t, msg); \
+    return t < 0 ? PyErr_Format(PyExc_ValueError, "%s", msg) : PyFloat_FromDouble(t); \
   }
 BENCH(mod_bench_sgemm, int M; int N; int K; int nth; int reps, "iiiii", kl_bench_sgemm(M, N, K, nth, reps),
       "bench_sgemm: need positive sizes, threads and reps (or out of memory)", &M, &N, &K, &nth, &reps)
@@ -529,54 +467,15 @@ static PyObject* mod_random_fill(PyObject* m, PyObject* args, PyObject* kwds) {
   Py_BEGIN_ALLOW_THREADS
   s = kl_f32_random(dist, (uint64_t)seed, (uint64_t)stream, (int64_t)start, n, y, nth);
   Py_END_ALLOW_THREADS
-  if (s == KL_OK) return Py_NewRef(Py_None);
-  if (s == KL_ERR_ARG) return status_error(s);
-  return PyErr_Format(s == KL_ERR_NOMEM ? PyExc_MemoryError : PyExc_RuntimeError, "%s", kl_status_str(s));
+  return s == KL_OK ? Py_NewRef(Py_None) : status_error(s);
 }
 
+#define METH_KW (METH_VARARGS | METH_KEYWORDS)
+#define KL_PY_METHOD(name, kind, doc) {#name, (PyCFunction)(void (*)(void))mod_##name, METH_##kind, doc},
 static PyMethodDef module_methods[] = {
-    {"bench_fingerprint", mod_bench_fingerprint, METH_VARARGS, "bench_fingerprint(nbytes, num_threads, reps): best seconds of the cache's staleness check."},
-    {"bench_sgemm", mod_bench_sgemm, METH_VARARGS, "bench_sgemm(M, N, K, num_threads, reps): best seconds of the engine-style sgemm."},
-    {"bench_stream", mod_bench_stream, METH_VARARGS, "bench_stream(nbytes, reps): best seconds to read a cached buffer once."},
-    {"set_isa", mod_set_isa, METH_O, "set_isa(name): force 'scalar', 'avx2', 'avx512', 'avx512-bf16', 'avx512-amx' (x86-64), 'neon' or 'neon-bf16' (aarch64) for engines built afterwards."},
-    {"get_isa", mod_get_isa, METH_NOARGS, "The ISA new engines use."},
-    {"set_f32_amx", mod_set_f32_amx, METH_O, "set_f32_amx(on): float32 input projections of large calls on AMX tiles (six bfloat16 products) for engines built afterwards (KOKORO_LSTM_F32_AMX=1)."},
-    {"get_f32_amx", mod_get_f32_amx, METH_NOARGS, "Whether new engines run large float32 input projections on AMX tiles."},
-    {"f16_narrow_rows", mod_f16_narrow_rows, METH_NOARGS, "Whether float16 kernels widen a single row's halves 8 at a time (measured once per process, or KOKORO_LSTM_F16_WIDEN)."},
-    {"detected_isa", mod_detected_isa, METH_NOARGS, "The best ISA this CPU supports."},
-    {"has_avx512bf16", mod_has_avx512bf16, METH_NOARGS, "Whether AVX512_BF16 kernels are used for bfloat16."},
-    {"blas_name", mod_blas_name, METH_NOARGS, "The BLAS this build links."},
-    {"random_fill", (PyCFunction)(void (*)(void))mod_random_fill, METH_VARARGS | METH_KEYWORDS, "random_fill(dist, seed, stream, out, start=0, num_threads=0): elements start.. of the counter-based draw (seed, stream >= 0) into the writable C-contiguous float32 array out (dist 0 uniform [0, 1), 1 normal)."},
-    {"activation", mod_activation, METH_VARARGS, "activation(kind, x): vectorized float32 sigmoid/tanh (tests)."},
-    {"forward", (PyCFunction)(void (*)(void))mod_forward, METH_VARARGS | METH_KEYWORDS,
-     "forward(x, lengths, h0, c0, weights, y, h_n, c_n, *, num_layers, bidirectional, has_bias, "
-     "proj_size=0, batch_first=False, reverse=False, dtype='float32', num_threads=0, "
-     "constant_weights=False, owner=0, gate_bias=None, x_gates=False, stream=0): "
-     "the C entry kl_lstm_forward (GIL released)."},
-    {"cache_clear", mod_cache_clear, METH_NOARGS, "Drop every cached packed LSTM and the CUDA work buffers."},
-    {"cuda_compile_check", mod_cuda_compile_check, METH_O, "cuda_compile_check(arch): compile the CUDA kernels for arch ('sm_80', 'sm_90a') with NVRTC; raises RuntimeError with its log."},
-    {"set_nvrtc_path", mod_set_nvrtc_path, METH_O, "set_nvrtc_path(path): the libnvrtc the first CUDA call loads unless KOKORO_LSTM_NVRTC is set."},
-    {"cache_info", mod_cache_info, METH_NOARGS, "Weight cache entries, bytes and counters, and the bytes of work buffers kept for reuse."},
-    {"cache_drop_owner", mod_cache_drop_owner, METH_O, "Drop the cache entries of one owner token."},
-    {"input_layout_ok", mod_input_layout_ok, METH_VARARGS, "input_layout_ok(T, B, x_st, x_sb, I): whether the engine reads x in place."},
-    {"set_pack_hook", mod_set_pack_hook, METH_O, "Test hook run after packing, before caching."},
-    {"get_num_threads", mod_get_num_threads, METH_NOARGS, "The engine's default thread count."},
-    {"pool_info", mod_pool_info, METH_NOARGS, "Which threads run parallel calls: {'pool': 'openmp' or 'own' (calls not made by TVM), 'openmp': libgomp's path or None, 'jobs_own', 'jobs_openmp', 'jobs_tvm': parallel jobs each pool has run}."},
-    {"set_num_threads", mod_set_num_threads, METH_O, "Set the default thread count (0: automatic)."},
-    {"resolve_threads", mod_resolve_threads, METH_VARARGS, "resolve_threads(requested, host): the thread rule (0: the default; host: the host runtime's count, 0 none)."},
-    {"set_thread_limit", mod_set_thread_limit, METH_O, "A limit on every thread count (0: none)."},
-    {"thread_limit", mod_thread_limit, METH_NOARGS, "The limit on every thread count (0: none)."},
-    {"set_host_threads", mod_set_host_threads, METH_O, "The host runtime's thread count, a cap on the automatic default (0: none)."},
-    {"max_threads", mod_max_threads, METH_NOARGS, "The cap on every count: KOKORO_LSTM_MAX_THREADS, else the usable CPUs."},
-    {"usable_cpus", mod_usable_cpus, METH_VARARGS, "usable_cpus(root=None, proc_cgroup=None): CPUs in the affinity mask, at most the cgroup CPU quota rounded up."},
-    {"cgroup_cpu_limit", mod_cgroup_cpu_limit, METH_VARARGS, "cgroup_cpu_limit(root, proc_cgroup): the CPU quota in CPUs (0.0: none)."},
-    {"set_cgroup_paths", mod_set_cgroup_paths, METH_VARARGS, "Test hook: set_cgroup_paths(root, proc_cgroup) for the process's quota (None, None: the default)."},
-    {"env_count", mod_env_count, METH_VARARGS, "env_count(name): the environment variable as a thread count, 0 if unset or not one."},
-    {"env_cache_mb", mod_env_cache_mb, METH_NOARGS, "KOKORO_LSTM_CACHE_MB as the cache reads it: MiB, -1 unset or blank, -2 ignored."},
-    {"env_values", mod_env_values, METH_NOARGS, "(KOKORO_LSTM_NUM_THREADS, KOKORO_LSTM_MAX_THREADS, KOKORO_LSTM_CACHE_MB) as bytes, None if unset."},
-    {"set_pool_params", mod_set_pool_params, METH_VARARGS, "set_pool_params(foreign, pin): 1/0, or -1 for the environment's default."},
-    {"tvm_register", mod_tvm_register, METH_O, "Register the tvm-ffi functions with libtvm_ffi at path."},
+#include "methods.def"
     {NULL, NULL, 0, NULL}};
+#undef KL_PY_METHOD
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_core",
                                        "C core of kokoro_lstm (see kokoro_lstm.h).", -1,
@@ -594,12 +493,7 @@ PyMODINIT_FUNC PyInit__core(void) {
   PyObject* main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
   PyObject* ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
   g_main_thread = ident ? PyLong_AsUnsignedLong(ident) : 0;
-  if (PyErr_Occurred()) { /* no interrupt checks then; the module still loads */
-    PyErr_Clear();
-    g_main_thread = 0;
-  }
-  Py_XDECREF(ident);
-  Py_XDECREF(main);
-  Py_XDECREF(threading);
+  if (PyErr_Occurred()) PyErr_Clear(), g_main_thread = 0; /* no interrupt checks then; the module loads */
+  Py_XDECREF(ident), Py_XDECREF(main), Py_XDECREF(threading);
   return PyModule_Create(&moduledef);
 }
