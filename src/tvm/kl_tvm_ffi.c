@@ -87,12 +87,12 @@ static const struct {
     [CFG_X_GATES] = {"x_gates", 0, 1},
 };
 
-static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
-  (void)self;
+/* The call's config shape, every value in its range before any is narrowed to an int:
+ * its values (*n of them), or NULL with the error raised. */
+static const int64_t* lstm_config(const TVMFFIAny* args, int32_t nargs, size_t* n) {
   char msg[512];
-  result->type_index = kTVMFFINone;
   if (nargs < 1 || args[0].type_index != kTVMFFIShape)
-    return raise_err("TypeError", KL_TVM_LSTM_NAME ": the first argument must be the config shape");
+    return raise_err("TypeError", KL_TVM_LSTM_NAME ": the first argument must be the config shape"), NULL;
   const TVMFFIShapeCell* cell = (const TVMFFIShapeCell*)((char*)args[0].v_obj + sizeof(TVMFFIObject));
   if ((cell->size != CFG_N && cell->size != CFG_N_BASE) || cell->data[CFG_ABI] != KL_TVM_LSTM_ABI) {
     snprintf(msg, sizeof(msg),
@@ -100,25 +100,62 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
              "config values; this engine implements v%d with %d or %d: recompile the module",
              cell->size ? (long long)cell->data[0] : -1LL, cell->size, KL_TVM_LSTM_ABI, CFG_N_BASE,
              CFG_N);
-    return raise_err("RuntimeError", msg);
+    return raise_err("RuntimeError", msg), NULL;
   }
   const int64_t* c = cell->data;
-  /* every value in its range before any is narrowed to an int */
   for (size_t i = 1; i < cell->size; i++)
     if (c[i] < CFG_RANGE[i].lo || c[i] > CFG_RANGE[i].hi) {
       snprintf(msg, sizeof(msg), KL_TVM_LSTM_NAME ": config value %zu (%s) must be in %lld..%lld, got %lld",
                i, CFG_RANGE[i].name, (long long)CFG_RANGE[i].lo, (long long)CFG_RANGE[i].hi,
                (long long)c[i]);
-      return raise_err("ValueError", msg);
+      return raise_err("ValueError", msg), NULL;
     }
-  const int L = (int)c[CFG_L], D = (int)c[CFG_D], P = (int)c[CFG_P], bias = (int)c[CFG_BIAS];
-  const int has_gb = cell->size == CFG_N && c[CFG_GATE_BIAS] != 0;
-  const int x_gates = cell->size == CFG_N ? (int)c[CFG_X_GATES] : 0;
-  const int nw = L * D * (2 + 2 * bias + (P > 0));
-  const int want = 1 + 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + has_gb + nw + 3;
-  if (nargs != want) {
+  *n = cell->size;
+  return c;
+}
+
+/* fa from the checked config (c, n values) and the call's tensors t in their order:
+ * x, [lengths], [h0, c0], [gate_bias], the nw weights, y, h_n, c_n. */
+static void lstm_args(kl_forward_args* fa, const int64_t* c, size_t n, DLTensor** t, int nw) {
+  int k = 0;
+  memset(fa, 0, sizeof(*fa));
+  fa->num_layers = (int)c[CFG_L];
+  fa->bidirectional = c[CFG_D] == 2;
+  fa->reverse = c[CFG_REV] != 0;
+  fa->has_bias = (int)c[CFG_BIAS];
+  fa->proj_size = (int)c[CFG_P];
+  fa->batch_first = c[CFG_BF] != 0;
+  fa->dtype = (kl_dtype)c[CFG_DTYPE];
+  fa->num_threads = (int)c[CFG_NTH];
+  fa->x_gates = n == CFG_N ? (int)c[CFG_X_GATES] : 0;
+  fa->x = t[k++];
+  if (c[CFG_LEN]) fa->lengths = t[k++];
+  if (c[CFG_HX]) {
+    fa->h0 = t[k++];
+    fa->c0 = t[k++];
+  }
+  if (n == CFG_N && c[CFG_GATE_BIAS]) fa->gate_bias = t[k++];
+  fa->weights = (const DLTensor* const*)(t + k);
+  fa->num_weights = nw;
+  k += nw;
+  fa->y = t[k++];
+  fa->h_n = t[k++];
+  fa->c_n = t[k++];
+}
+
+static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  char msg[512];
+  size_t n;
+  result->type_index = kTVMFFINone;
+  const int64_t* c = lstm_config(args, nargs, &n);
+  if (!c) return -1;
+  const int has_gb = n == CFG_N && c[CFG_GATE_BIAS] != 0;
+  const int nw = (int)(c[CFG_L] * c[CFG_D] * (2 + 2 * c[CFG_BIAS] + (c[CFG_P] > 0)));
+  const int w0 = 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + has_gb;
+  if (nargs != w0 + nw + 4) {
     snprintf(msg, sizeof(msg), KL_TVM_LSTM_NAME ": expected %d arguments for this config, got %d",
-             want, (int)nargs);
+             w0 + nw + 4, (int)nargs);
     return raise_err("TypeError", msg);
   }
   const int ntensor = nargs - 1;
@@ -132,7 +169,6 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   int constant = c[CFG_CONST] != 0;
   keep->n = nw;
   keep->retained = 0;
-  const int w0 = 1 + (c[CFG_LEN] ? 1 : 0) + (c[CFG_HX] ? 2 : 0) + has_gb;
   for (int i = 0; i < ntensor; i++) {
     TVMFFIObject* obj;
     t[i] = as_tensor(&args[i + 1], &obj);
@@ -148,32 +184,9 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
       if (!obj) constant = 0; /* cannot keep a raw DLTensor* alive: check it instead */
     }
   }
-  int k = 0;
   kl_forward_args fa;
-  memset(&fa, 0, sizeof(fa));
-  fa.num_layers = L;
-  fa.bidirectional = D == 2;
-  fa.reverse = c[CFG_REV] != 0;
-  fa.has_bias = bias;
-  fa.proj_size = P;
-  fa.batch_first = c[CFG_BF] != 0;
+  lstm_args(&fa, c, n, t, nw);
   fa.constant_weights = constant;
-  fa.dtype = (kl_dtype)c[CFG_DTYPE];
-  fa.num_threads = (int)c[CFG_NTH];
-  fa.x_gates = x_gates;
-  fa.x = t[k++];
-  if (c[CFG_LEN]) fa.lengths = t[k++];
-  if (c[CFG_HX]) {
-    fa.h0 = t[k++];
-    fa.c0 = t[k++];
-  }
-  if (has_gb) fa.gate_bias = t[k++];
-  fa.weights = (const DLTensor* const*)(t + k);
-  fa.num_weights = nw;
-  k += nw;
-  fa.y = t[k++];
-  fa.h_n = t[k++];
-  fa.c_n = t[k++];
   const kl_keepalive ka = {keep, set_retain, set_release};
   fa.keepalive = constant ? &ka : NULL;
   if (fa.x && fa.x->device.device_type == kDLCUDA && g_api.env_get_stream)
