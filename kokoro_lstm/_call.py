@@ -138,6 +138,8 @@ def _states(ns, hx, unbatched: bool, layer_axis: bool):
         raise TypeError("hx: expected a tuple (h0, c0)")
     out = []
     for name, v in zip(("h0", "c0"), hx):
+        if v is None and layer_axis:  # LSTM's hx is both states (lstm_forward's: either)
+            raise TypeError(f"{name}: expected an array, got None (hx is (h0, c0))")
         if v is not None:
             v = ns.state(v, name)
             if unbatched:
