@@ -3,9 +3,9 @@
 
 Both call the engine's one entry (``_core.forward`` -> ``kl_lstm_forward``),
 which packs weights once into the process-wide, never-stale weight cache (see
-``src/include/kokoro_lstm.h``) and validates every tensor. This module only
-arranges arguments (dtype casts, batch_first, unbatched input, defaults) and
-checks what it needs for that, with messages that name the argument.
+``src/include/kokoro_lstm.h``) and validates every tensor. A call is arranged once
+for every array namespace (``_call.run``; CUDA arrays in ``_cuda_arrays``), the
+engine's message coming back with the front's name in front.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple
 import numpy as np
 
 from . import _core, _cuda_arrays, _threads
+from ._call import Spec, as_array, host, renamed, run
 
 if TYPE_CHECKING:  # annotations only (postponed by `from __future__ import annotations`)
     from numpy.typing import ArrayLike
@@ -47,116 +48,6 @@ def _io_dtype(dtype: str):
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     return _DTYPES[dtype]
-
-
-def _as_array(value, name: str) -> np.ndarray:
-    """Array-likes (NumPy arrays, torch tensors, lists) to ndarray, real floats only."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor without importing torch
-        value = value.detach().cpu()
-        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
-            value = value.float()
-        value = value.numpy()
-    try:
-        a = np.asarray(value)
-    except Exception as e:  # noqa: BLE001 - report any conversion failure as a TypeError
-        raise TypeError(f"{name}: cannot convert {type(value).__name__} to an array ({e})") from None
-    if a.dtype.kind != "f":
-        raise TypeError(f"{name}: expected a real floating-point array, got dtype {a.dtype}")
-    return a
-
-
-def _shape_error(name: str, expected, got) -> ValueError:
-    return ValueError(f"{name}: expected shape {tuple(expected)}, got {tuple(got)}")
-
-
-def _check_shape(a: np.ndarray, name: str, expected) -> None:
-    if a.shape != tuple(expected):
-        raise _shape_error(name, expected, a.shape)
-
-
-def _prepare_x(x, input_size: int, batch_first: bool, io):
-    """x -> ([T, B, I] view in the io dtype, unbatched flag)."""
-    x = _as_array(x, "x")
-    if x.ndim == 2:
-        unbatched = True
-        x3 = x[:, None, :]
-    elif x.ndim == 3:
-        unbatched = False
-        x3 = x.transpose(1, 0, 2) if batch_first else x
-    else:
-        raise ValueError(
-            f"x: expected a 2-D (unbatched, [T, {input_size}]) or 3-D input, got {x.ndim}-D shape {x.shape}")
-    T, B, I = x3.shape
-    if I != input_size:
-        raise ValueError(f"x: expected input_size {input_size} in the last dimension, got shape {x.shape}")
-    if T == 0:
-        raise ValueError(f"x: the sequence length must be >= 1, got shape {x.shape}")
-    return x3.astype(io, copy=False), unbatched
-
-
-def _prepare_lengths(lengths, unbatched: bool):
-    """Host int64 lengths; their shape and values are the engine's to check."""
-    if lengths is None:
-        return None
-    if unbatched:
-        raise ValueError("lengths: only batched (3-D) input takes lengths")
-    if hasattr(lengths, "detach") and hasattr(lengths, "cpu"):
-        lengths = lengths.detach().cpu().numpy()
-    a = np.asarray(lengths)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"lengths: expected integers, got dtype {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.int64)
-
-
-def _prepare_state(v, name: str, expected, unbatched: bool, io):
-    a = _as_array(v, name)
-    if unbatched:
-        want = (expected[0], expected[2])
-        _check_shape(a, name, want)
-        a = a[:, None, :]
-    else:
-        _check_shape(a, name, expected)
-    return np.ascontiguousarray(a, dtype=io)
-
-
-def _forward(weights, io, x3, batch_first, unbatched, h0, c0, lengths, *, num_layers,
-             bidirectional, has_bias, proj_size, hidden, dtype, nth, reverse=False, owner=0):
-    """Allocates the outputs and runs the engine's one entry into them; ``owner``: the
-    token of an object whose private weights the engine may trust (see LSTM)."""
-    T, B, _ = x3.shape
-    D = 2 if bidirectional else 1
-    R = proj_size or hidden
-    LD = num_layers * D
-    if batch_first and not unbatched:
-        out = np.empty((B, T, D * R), dtype=io)
-        x_in = x3.transpose(1, 0, 2)
-    else:
-        out = np.empty((T, B, D * R), dtype=io)
-        x_in = x3
-    if not _core_readable(x_in, batch_first and not unbatched):
-        x_in = np.ascontiguousarray(x_in)
-    h_n = np.empty((LD, B, R), dtype=io)
-    c_n = np.empty((LD, B, hidden), dtype=io)
-    _core.forward(x_in, lengths, h0, c0, weights, out, h_n, c_n, num_layers=num_layers,
-                  bidirectional=bidirectional, has_bias=has_bias, proj_size=proj_size,
-                  batch_first=batch_first and not unbatched, reverse=reverse, dtype=dtype,
-                  num_threads=nth, constant_weights=owner != 0, owner=owner)
-    if unbatched:
-        return out[:, 0, :], h_n[:, 0, :], c_n[:, 0, :]
-    return out, h_n, c_n
-
-
-def _core_readable(x, batch_first: bool) -> bool:
-    """Whether the engine reads x ([T, B, I], or [B, T, I] if batch_first) in place
-    (the engine's own rule, kl_input_layout_ok); anything else is copied first."""
-    isz = x.itemsize
-    if not x.flags.aligned or x.dtype.byteorder not in "=|" or any(s % isz for s in x.strides):
-        return False
-    if x.shape[2] > 1 and x.strides[2] != isz:
-        return False
-    t, b = (1, 0) if batch_first else (0, 1)
-    return x.shape[b] == 0 or _core.input_layout_ok(x.shape[t], x.shape[b], x.strides[t] // isz,
-                                                    x.strides[b] // isz, x.shape[2])
 
 
 def clear_cache() -> None:
@@ -266,9 +157,10 @@ class LSTM:
     def _D(self):
         return 2 if self.bidirectional else 1
 
-    @property
-    def _R(self):
-        return self.proj_size or self.hidden_size
+    def engine_spec(self) -> Spec:
+        """The sizes and options of this object's engine calls (weights aside)."""
+        return Spec(self.num_layers, self.bidirectional, self.bias, self.proj_size,
+                    self.hidden_size, self.dtype)
 
     def expected_shapes(self) -> "OrderedDict[str, tuple]":
         """state_dict keys in PyTorch's order with their shapes."""
@@ -304,7 +196,7 @@ class LSTM:
             if not _KEY.match(str(key)):
                 raise ValueError(f"unexpected key {key!r}: expected nn.LSTM keys such as "
                                  f"'weight_ih_l0', 'bias_hh_l0_reverse', 'weight_hr_l0'")
-            sd[str(key)] = _as_array(value, key)
+            sd[str(key)] = as_array(value, key)
         for key in ("weight_ih_l0", "weight_hh_l0"):
             if key not in sd:
                 raise ValueError(f"missing key {key!r} (expected shape (4*hidden_size, ...))")
@@ -374,25 +266,18 @@ class LSTM:
         default_num_threads()); results are bitwise identical for any count.
         """
         nth = _num_threads(self.num_threads if num_threads is None else num_threads)
+        front, spec = "kokoro_lstm.LSTM", self.engine_spec()
         lib = _cuda_arrays.library_of(x)
         if lib:  # a CUDA array: runs on its GPU, returns its library's arrays
-            return _cuda_arrays.lstm_call(self, x, lib, hx, lengths, _prepare_lengths)
-        x3, unbatched = _prepare_x(x, self.input_size, self.batch_first, self._io)
-        B = x3.shape[1]
-        LD, H, R = self.num_layers * self._D, self.hidden_size, self._R
-        h0 = c0 = None
-        if hx is not None:
-            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                raise TypeError("hx: expected a tuple (h0, c0)")
-            h0 = _prepare_state(hx[0], "h0", (LD, B, R), unbatched, self._io)
-            c0 = _prepare_state(hx[1], "c0", (LD, B, H), unbatched, self._io)
-        lengths = _prepare_lengths(lengths, unbatched)
-        out, h_n, c_n = _forward(self._weights, self._io, x3, self.batch_first, unbatched, h0, c0,
-                                 lengths, num_layers=self.num_layers,
-                                 bidirectional=self.bidirectional, has_bias=self.bias,
-                                 proj_size=self.proj_size, hidden=H, dtype=self.dtype, nth=nth,
-                                 owner=self._owner)
-        return out, (h_n, c_n)
+            try:
+                dev = _cuda_arrays.Device(lib, x)
+                weights = dev.weights_of(self, self._weights)
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise renamed(front, e) from None
+            return _pair(run(front, dev, x, weights, hx, lengths, spec,
+                             batch_first=self.batch_first))
+        return _pair(run(front, host(self._io), x, self._weights, hx, lengths, spec,
+                         batch_first=self.batch_first, num_threads=nth, owner=self._owner))
 
     forward = __call__
 
@@ -413,54 +298,36 @@ def lstm_forward(x: ArrayLike, w_ih: ArrayLike, w_hh: ArrayLike, b_ih: Optional[
     already in the compute dtype are used in place; others are converted per call).
     """
     nth = _num_threads(num_threads)
+    front = "kokoro_lstm.lstm_forward"
+    try:
+        ns, dtype, w = _layer_weights(x, (w_ih, w_hh, b_ih, b_hh), dtype)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise renamed(front, e) from None
+    # hidden_size is w_ih's to give (the engine refuses any w_ih that gives none)
+    H = w[0].shape[0] // 4 if w[0].ndim == 2 else 0
+    if (w[2] is None) != (w[3] is None):  # one bias alone: the other is zero
+        w[2:] = [ns.weight(np.zeros(4 * H, ns.io), "b") if b is None else b for b in w[2:]]
+    spec = Spec(1, False, w[2] is not None, 0, H, dtype)
+    return run(front, ns, x, [a for a in w if a is not None], (h0, c0), lengths, spec,
+               batch_first=batch_first, layer_axis=False, reverse=bool(reverse), num_threads=nth)
+
+
+def _layer_weights(x, weights, dtype):
+    """(namespace, dtype, [w_ih, w_hh, b_ih, b_hh] in it) of an lstm_forward call: x's
+    (CUDA arrays run on their GPU in float32; host arrays in float64 when x is, by
+    default)."""
     lib = _cuda_arrays.library_of(x)
-    if lib:  # a CUDA array: runs on its GPU, returns its library's arrays
-        return _cuda_arrays.lstm_forward(x, lib, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse, lengths,
-                                         batch_first, dtype, _prepare_lengths)
-    xa = _as_array(x, "x")
-    if dtype is None:
-        dtype = "float64" if xa.dtype == np.float64 else "float32"
-    io = _io_dtype(dtype)
-    w_ih = _as_array(w_ih, "w_ih")
-    w_hh = _as_array(w_hh, "w_hh")
-    if w_hh.ndim != 2 or w_hh.shape[0] % 4 or w_hh.shape[0] != 4 * w_hh.shape[1] or w_hh.shape[1] == 0:
-        raise ValueError(f"w_hh: expected shape (4*H, H), got {w_hh.shape}")
-    H = w_hh.shape[1]
-    if w_ih.ndim != 2 or w_ih.shape[0] != 4 * H or w_ih.shape[1] == 0:
-        raise ValueError(f"w_ih: expected shape ({4 * H}, input_size), got {w_ih.shape}")
-    I = w_ih.shape[1]
-    biases = []
-    for name, b in (("b_ih", b_ih), ("b_hh", b_hh)):
-        if b is not None:
-            b = _as_array(b, name)
-            _check_shape(b, name, (4 * H,))
-        biases.append(b)
-    x3, unbatched = _prepare_x(xa, I, batch_first, io)
-    B = x3.shape[1]
-    states = []
-    for name, v in (("h0", h0), ("c0", c0)):
-        if v is not None:
-            v = _as_array(v, name)
-            _check_shape(v, name, (H,) if unbatched else (B, H))
-            v = np.ascontiguousarray(v, dtype=io).reshape(1, B, H)
-        states.append(v)
-    lengths = _prepare_lengths(lengths, unbatched)
-
-    if (biases[0] is None) != (biases[1] is None):  # one bias alone: the other is zero
-        biases = [np.zeros(4 * H, dtype=io) if b is None else b for b in biases]
-    weights = [_as_io(a, io) for a in (w_ih, w_hh, *biases) if a is not None]
-    y, h_n, c_n = _forward(weights, io, x3, batch_first, unbatched, *states, lengths, num_layers=1,
-                           bidirectional=False, has_bias=biases[0] is not None, proj_size=0,
-                           hidden=H, dtype=dtype, nth=nth, reverse=bool(reverse))
-    return y, h_n[0], c_n[0]
+    if lib:
+        ns, dtype = _cuda_arrays.Device(lib, x), dtype or "float32"
+    else:
+        if dtype is None:
+            dtype = "float64" if as_array(x, "x").dtype == np.float64 else "float32"
+        ns = host(_io_dtype(dtype))
+    w = [None if a is None and j >= 2 else ns.weight(a, name) for j, (name, a) in
+         enumerate(zip(("w_ih", "w_hh", "b_ih", "b_hh"), weights))]
+    return ns, dtype, w
 
 
-def _as_io(a: np.ndarray, io) -> np.ndarray:
-    """a in the io dtype, in place when it already is and the engine reads its rows
-    (unit element stride, positive row stride); else a contiguous copy."""
-    if a.dtype == io and a.flags.aligned and a.dtype.byteorder in "=|" and (
-            a.ndim == 1 and a.strides[0] > 0 or
-            a.ndim == 2 and (a.shape[1] == 1 or a.strides[1] == a.itemsize)
-            and (a.shape[0] == 1 or a.strides[0] >= a.shape[1] * a.itemsize)):
-        return a
-    return np.ascontiguousarray(a, dtype=io)
+def _pair(outs):
+    """(y, h_n, c_n) as LSTM returns them: (y, (h_n, c_n))."""
+    return outs[0], (outs[1], outs[2])

@@ -752,6 +752,19 @@ def test_bad_hx(model):
         model(x[:, 0], (h0[:, :1], c0[:, :1]))
 
 
+def test_errors_are_the_engines_with_the_fronts_name(model):
+    """The NumPy fronts pass the engine's refusal through, their name in front."""
+    x = np.zeros((3, 2, 5), np.float32)
+    with pytest.raises(ValueError, match=r"^kokoro_lstm\.LSTM: h0 must be 3-D, got shape "
+                                         r"\(2, 4\): expected \(4, 2, 4\)$"):
+        model(x, (np.zeros((2, 4)), np.zeros((4, 2, 9))))
+    w_ih, w_hh = np.zeros((36, 5), np.float32), np.zeros((36, 9), np.float32)
+    with pytest.raises(ValueError, match=r"^kokoro_lstm\.lstm_forward: lengths\[0\] = 0 is outside"):
+        kl.lstm_forward(x, w_ih, w_hh, lengths=[0, 1])
+    with pytest.raises(TypeError, match=r"^kokoro_lstm\.lstm_forward: w_hh: expected a real"):
+        kl.lstm_forward(x, w_ih, None)
+
+
 def test_bad_lengths(model):
     x = np.zeros((4, 3, 5), np.float32)
     model(x, lengths=[4, 1, 2])       # fine, Python list

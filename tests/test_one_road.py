@@ -126,6 +126,10 @@ def test_entry_errors_name_the_argument():
         _core.forward(x.astype(np.float64), None, None, None, w, y, hn, cn, **kw)
     with pytest.raises(ValueError, match="expected 4 weight tensors"):
         _core.forward(x, None, None, None, w[:3], y, hn, cn, **kw)
+    with pytest.raises(ValueError, match=r"h0 must be 3-D, got shape \(2, 8\): expected \(1, 2, 8\)"):
+        _core.forward(x, None, hn[0], None, w, y, hn, cn, **kw)
+    with pytest.raises(ValueError, match=r"must have shape \(-1, 5\), got \(32, 4\): its columns are x's 5 features"):
+        _core.forward(x[..., :5], None, None, None, [w[0][:, :4], *w[1:]], y, hn, cn, **kw)
     with pytest.raises(ValueError, match="y must be writable"):
         y.flags.writeable = False
         _core.forward(x, None, None, None, w, y, hn, cn, **kw)

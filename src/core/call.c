@@ -63,7 +63,13 @@ static kl_status check_tensor_on(const DLTensor* t, const char* name, DLDataType
     return kl_fail("%s must have dtype %s, got %s", name, dtype_name(want), dtype_name(t->dtype));
   char got[96], exp[96];
   shape_str(t->ndim, t->shape, got, sizeof(got));
-  if (t->ndim != ndim) return kl_fail("%s must be %d-D, got shape %s", name, ndim, got);
+  if (t->ndim != ndim) { /* with every size known, the message states the whole shape */
+    int known = 1;
+    for (int i = 0; i < ndim; i++) known &= shape[i] >= 0;
+    if (!known) return kl_fail("%s must be %d-D, got shape %s", name, ndim, got);
+    shape_str(ndim, shape, exp, sizeof(exp));
+    return kl_fail("%s must be %d-D, got shape %s: expected %s", name, ndim, got, exp);
+  }
   for (int i = 0; i < ndim; i++)
     if (shape[i] >= 0 && t->shape[i] != shape[i]) {
       shape_str(ndim, shape, exp, sizeof(exp));
@@ -296,8 +302,11 @@ static kl_status check_w_ih0(const kl_forward_args* a, DLDataType io, kl_call* c
   const int64_t IX = a->x->shape[2];
   const DLTensor* w_ih0 = a->weights[0];
   kl_status s;
-  if ((s = check_tensor(w_ih0, "weights[0] (w_ih of layer 0)", io, 2, (const int64_t[]){-1, a->x_gates ? -1 : IX})))
-    return s;
+  if ((s = check_tensor(w_ih0, "weights[0] (w_ih of layer 0)", io, 2, (const int64_t[]){-1, -1}))) return s;
+  if (!a->x_gates && w_ih0->shape[1] != IX)
+    return kl_fail("weights[0] (w_ih of layer 0) must have shape (-1, %lld), got (%lld, %lld): its columns are "
+                   "x's %lld features (input_size)", (long long)IX, (long long)w_ih0->shape[0],
+                   (long long)w_ih0->shape[1], (long long)IX);
   if (w_ih0->shape[0] < 4 || w_ih0->shape[0] % 4 || w_ih0->shape[0] / 4 > INT32_MAX)
     return kl_fail("w_ih of layer 0 must have 4*hidden_size rows, got %lld", (long long)w_ih0->shape[0]);
   const int64_t H = w_ih0->shape[0] / 4, I = w_ih0->shape[1];
