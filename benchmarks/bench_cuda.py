@@ -16,7 +16,7 @@ the GPU, unpatched vs a deep copy patched with ``patch_lstm_modules``, alternate
 wall time of ``forward_with_tokens`` with a synchronize after it; the outputs are
 checked equal in length and close in value first.
 
-    python benchmarks/bench_cuda.py --out results/cuda_h100.json
+    python benchmarks/bench_cuda.py --out benchmarks/results/cuda_h200.json
 """
 import argparse
 import copy

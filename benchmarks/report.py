@@ -45,7 +45,7 @@ SOURCES = [
      "artifacts without Python's tvm)",
      ["kokoro_xeon16-t64.json", "kokoro_xeon16-t256.json", "kokoro_xeon16-t256-2-16.json"]),
     ("tvm", "TVM lowerings of one LSTM (Kokoro's shape)", ["tvm.json"]),
-    ("cuda", "CUDA: patched nn.LSTM vs cuDNN", ["cuda_h100.json"]),
+    ("cuda", "CUDA: patched nn.LSTM vs cuDNN", ["cuda_h200.json"]),
     ("compile", "CUDA: Kokoro's KModel under torch.compile, patched and not",
      ["compile_h200_t64.json", "compile_h200_t256.json"]),
     ("compile", "CUDA: the patched KModel compiled in a fresh process",
@@ -373,13 +373,13 @@ def block_kokoro(results_dir: str) -> list[str]:
 
 def block_cuda(results_dir: str) -> list[str]:
     """README's GPU table: bench_cuda.py's rows."""
-    d = _load(results_dir, "cuda_h100.json")
+    d = _load(results_dir, "cuda_h200.json")
     cudnn = d["cudnn"]
     cudnn = f"{cudnn // 10000}.{cudnn // 100 % 100}" if isinstance(cudnn, int) else cudnn
     return [f"**GPU: {d['device']}**, a patched `nn.LSTM` against `nn.LSTM` (torch {d['torch']}, "
             f"cuDNN {cudnn}; Kokoro's shape, batch_first; one process, alternated, medians; also "
             "each captured in a CUDA graph and replayed; `benchmarks/bench_cuda.py`, "
-            "`benchmarks/results/cuda_h100.json`):", ""] + cuda_table(d)
+            "`benchmarks/results/cuda_h200.json`):", ""] + cuda_table(d)
 
 
 def block_compile(results_dir: str) -> list[str]:

@@ -36,6 +36,6 @@ if [ -z "${NO_SANITIZER:-}" ]; then
 fi
 if [ -z "${NO_BENCH:-}" ]; then
   echo "== benchmarks/bench_cuda.py"
-  timeout ${BENCH_TIMEOUT:-300} $PY benchmarks/bench_cuda.py --out "$OUT/cuda_h100.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_cuda.log" | tail -12
+  timeout ${BENCH_TIMEOUT:-300} $PY benchmarks/bench_cuda.py --out "$OUT/cuda.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_cuda.log" | tail -12
 fi
 exit $rc
