@@ -18,16 +18,9 @@
 
 constexpr int NT = 512, R = 256;
 
-__device__ __forceinline__ unsigned rank_in_cluster() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ unsigned map_rank(unsigned addr, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
+// the engine's own PTX helpers (kl_cluster_rank, kl_map_rank)
+#define KL_C 1
+#include "../../src/cuda/ptx.cuh"
 
 template <int C, int MODE>
 __global__ void __launch_bounds__(NT, 1) probe(int T, float* out) {
@@ -35,12 +28,12 @@ __global__ void __launch_bounds__(NT, 1) probe(int T, float* out) {
   __shared__ __align__(16) float hs[2 * R];
   __shared__ float red[4 * 4 * HU * 4];
   const int tid = threadIdx.x;
-  const unsigned rank = rank_in_cluster();
+  const unsigned rank = kl_cluster_rank();
   for (int i = tid; i < 2 * R; i += NT) hs[i] = 0.0f;
   unsigned dst[C];
   const unsigned base = (unsigned)__cvta_generic_to_shared(hs + rank * HU + tid % HU);
 #pragma unroll
-  for (int r = 0; r < C; r++) dst[r] = map_rank(base, r);
+  for (int r = 0; r < C; r++) dst[r] = kl_map_rank(base, r);
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
   float h = tid * 1e-3f, acc = 0.0f;
   for (int s = 0; s < T; s++) {

@@ -1,6 +1,7 @@
 // The sm_90 PTX the cluster recurrence is built on: distributed shared memory,
-// mbarriers, st.async and the cluster barrier.
-#if defined(KL_C) && __CUDA_ARCH__ >= 900
+// mbarriers, st.async and the cluster barrier. Also declared in nvcc's host pass, so
+// that benchmarks/cuda/probe_exchange.cu can include it.
+#if defined(KL_C) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
 
 __device__ __forceinline__ unsigned kl_smem_addr(const void* p) {
   unsigned a;
