@@ -166,14 +166,10 @@ def parse_aten_lstm(node, importer, bound_names=None) -> LSTMCall:
     return _finish(call, fx_weights, importer, bound_names)
 
 
-def parse_kokoro_op(node, importer, bound_names=None) -> LSTMCall:
-    """kokoro::lstm_forward[_packed][_bidirectional] (one layer, seq-first)."""
-    name = node.target._schema.name.split("::")[-1]
-    bidirectional, packed = KOKORO_OPS[name]
-    a = _named_args(node)
-    get = importer._retrieve_args
-    weights, fx_weights = [], []
-    layer = []
+def _op_weights(a, get, bidirectional):
+    """A one-layer kokoro op's weights (args a by name, relax values through get): the
+    layer's [forward, reverse] weight dicts, and (fx arg, value) pairs for _finish."""
+    layer, fx_weights = [], []
     for sfx in ([""] + (["_reverse"] if bidirectional else [])):
         w = {"w_hr": None}
         for key, arg in (("w_ih", "weight_ih_l0"), ("w_hh", "weight_hh_l0"),
@@ -182,7 +178,16 @@ def parse_kokoro_op(node, importer, bound_names=None) -> LSTMCall:
             w[key] = get(fv) if fv is not None else None
             fx_weights.append((fv, w[key]))
         layer.append(w)
-    weights.append(layer)
+    return [layer], fx_weights
+
+
+def parse_kokoro_op(node, importer, bound_names=None) -> LSTMCall:
+    """kokoro::lstm_forward[_packed][_bidirectional] (one layer, seq-first)."""
+    name = node.target._schema.name.split("::")[-1]
+    bidirectional, packed = KOKORO_OPS[name]
+    a = _named_args(node)
+    get = importer._retrieve_args
+    weights, fx_weights = _op_weights(a, get, bidirectional)
     call = LSTMCall(x=get(a["input"]), batch_first=False, num_layers=1,
                     bidirectional=bidirectional, hidden_size=0, proj_size=0, input_size=0,
                     seq_len=0, batch=0, dtype="",
@@ -201,16 +206,7 @@ def parse_gated_op(node, importer, bound_names=None) -> LSTMCall:
     a = _named_args(node)
     get = importer._retrieve_args
     bidirectional = a.get("weight_ih_l0_reverse") is not None
-    weights, fx_weights, layer = [], [], []
-    for sfx in ([""] + (["_reverse"] if bidirectional else [])):
-        w = {"w_hr": None}
-        for key, arg in (("w_ih", "weight_ih_l0"), ("w_hh", "weight_hh_l0"),
-                         ("b_ih", "bias_ih_l0"), ("b_hh", "bias_hh_l0")):
-            fv = a.get(arg + sfx)
-            w[key] = get(fv) if fv is not None else None
-            fx_weights.append((fv, w[key]))
-        layer.append(w)
-    weights.append(layer)
+    weights, fx_weights = _op_weights(a, get, bidirectional)
     call = LSTMCall(x=get(a["input"]), batch_first=False, num_layers=1,
                     bidirectional=bidirectional, hidden_size=0, proj_size=0, input_size=0,
                     seq_len=0, batch=0, dtype="",
