@@ -96,6 +96,17 @@ def register_native(*, force_import: bool = False) -> bool:
 register_native()
 
 
+def _require_native(what, kind, is_cpu, use_elsewhere, use_without):
+    """Raises unless the engine can run ``what`` here: a CPU target (else ValueError,
+    naming ``use_elsewhere``) and the extension loaded (else RuntimeError, ``use_without``)."""
+    if not is_cpu:
+        raise ValueError(f"{what} runs the kokoro_lstm C engine on the CPU; target {kind!r} "
+                         f"is not a CPU target (use {use_elsewhere})")
+    if not _native.available():
+        raise RuntimeError(f"{what} needs the kokoro_lstm C extension, which failed to load "
+                           f"(use {use_without})")
+
+
 def _target_info(target):
     """(kind name, is_cpu) for a target given as str, dict, tvm.target.Target or None."""
     if target is None:
@@ -135,12 +146,7 @@ def select_method(target="llvm", method: str = "auto") -> str:
             return "native" if _native.available() else "tir"
         return "relax"
     if method == "native":
-        if not is_cpu:
-            raise ValueError(f"lstm_method='native' runs the kokoro_lstm C engine on the CPU; "
-                             f"target {kind!r} is not a CPU target (use 'tir' or 'relax')")
-        if not _native.available():
-            raise RuntimeError("lstm_method='native' needs the kokoro_lstm C extension, which "
-                               "failed to load (use 'tir')")
+        _require_native("lstm_method='native'", kind, is_cpu, "'tir' or 'relax'", "'tir'")
     if method == "tir" and not is_cpu:
         raise ValueError(f"lstm_method='tir' emits a CPU kernel (parallel/vectorized loops); "
                          f"target {kind!r} is not a CPU target (use 'relax' or 'topi')")

@@ -11,18 +11,12 @@ from .panels import pack_conv_panels, pack_conv_transpose_panels, pack_panels
 def select_dense_method(target="llvm", method="native") -> str:
     """Validates ``method`` for ``target``: ``native`` needs a CPU target and the
     kokoro_lstm extension; ``tvm`` always works."""
-    from .. import _native, _target_info
+    from .. import _require_native, _target_info
 
     if method not in DENSE_METHODS:
         raise ValueError(f"unknown dense method {method!r}; expected one of {DENSE_METHODS}")
     if method == "native":
-        kind, is_cpu = _target_info(target)
-        if not is_cpu:
-            raise ValueError(f"dense method 'native' runs the kokoro_lstm engine on the CPU; "
-                             f"target {kind!r} is not a CPU target (use 'tvm')")
-        if not _native.available():
-            raise RuntimeError("dense method 'native' needs the kokoro_lstm C extension, which "
-                               "failed to load (use 'tvm')")
+        _require_native("dense method 'native'", *_target_info(target), "'tvm'", "'tvm'")
     return method
 
 
