@@ -55,7 +55,7 @@ kl_status kl_cuda_plan_check(const kl_cuda_shape* s);
 kl_status kl_cuda_plan_path(kl_cuda_plan* p, const kl_cuda_shape* s, const kl_cuda_facts* f, int force,
                             int exchange);
 /* Batch rows per cluster: the batch spread over the clusters resident at once
- * (max_clusters, measured with NB = 1), at most 16 and within the shared memory. */
+ * (max_clusters: the occupancy query's count at NB = 1), at most 16 and within the shared memory. */
 void kl_cuda_plan_batch(kl_cuda_plan* p, const kl_cuda_shape* s, int max_clusters, int smem_optin);
 /* p's -D options as strings in buf; out[i] points at them. Returns their count. */
 int kl_cuda_plan_defines(const kl_cuda_plan* p, char buf[][32], const char** out);

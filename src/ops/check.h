@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "error.h" /* kl_fail */
 #include "kokoro_lstm.h"
 
 /* *out = a * b (a + b); 1 on int64 overflow (then *out is unspecified). */
@@ -22,9 +23,6 @@ typedef struct kl_view {
   int64_t numel;
   void* data;
 } kl_view;
-
-/* Sets kl_last_error() from a printf format; returns KL_ERR_ARG. */
-kl_status kl_fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* t as a view: a CPU tensor of dtype (code, bits) with ndim_min..ndim_max (at most
  * KL_VIEW_MAXD) dimensions, none negative, whose element count and extent fit int64,
