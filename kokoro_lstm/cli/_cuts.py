@@ -47,6 +47,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._parts import f0n_heads
+
 #: Cut names, as the report and the demo table give them.
 STYLE_FOLD = "style_fold"
 TOKEN_RATE = "token_rate_projection"
@@ -197,15 +199,7 @@ class TokenRateF0NPart(nn.Module):
         w = [getattr(self, n) for n in self._names]
         x = lstm_forward_gated(gates, frame_lengths, None, True, *w)[0]  # [F, 1, D*H]
         x = x.transpose(0, 1)                                   # F0NPart from here on
-        F0 = x.transpose(-1, -2)
-        for block in self.F0:
-            F0 = block(F0, style)
-        F0 = self.F0_proj(F0)
-        N = x.transpose(-1, -2)
-        for block in self.N:
-            N = block(N, style)
-        N = self.N_proj(N)
-        return F0.squeeze(1), N.squeeze(1)
+        return f0n_heads(self, x, style)
 
 
 def _f0n_cut(model):

@@ -8,6 +8,20 @@ import torch
 from torch import nn
 
 
+def f0n_heads(m, x, style):
+    """Kokoro's F0 and N heads (m.F0, m.F0_proj, m.N, m.N_proj) on the shared LSTM's
+    output x [1, F, 2H]: (F0, N), each [1, F]."""
+    F0 = x.transpose(-1, -2)
+    for block in m.F0:
+        F0 = block(F0, style)
+    F0 = m.F0_proj(F0)
+    N = x.transpose(-1, -2)
+    for block in m.N:
+        N = block(N, style)
+    N = m.N_proj(N)
+    return F0.squeeze(1), N.squeeze(1)
+
+
 class TextEncoderPart(nn.Module):
     function = "text_encoder_forward"
     input_names = ("tokens", "lengths", "mask")
@@ -72,15 +86,7 @@ class F0NPart(nn.Module):
                                               enforce_sorted=False)
         x, _ = self.shared(x)
         x, _ = nn.utils.rnn.pad_packed_sequence(x, batch_first=True, total_length=F)
-        F0 = x.transpose(-1, -2)
-        for block in self.F0:
-            F0 = block(F0, style)
-        F0 = self.F0_proj(F0)
-        N = x.transpose(-1, -2)
-        for block in self.N:
-            N = block(N, style)
-        N = self.N_proj(N)
-        return F0.squeeze(1), N.squeeze(1)
+        return f0n_heads(self, x, style)
 
 
 class BertPart(nn.Module):
