@@ -527,8 +527,8 @@ BAD = [
      "checkpoint file not found"),
     (["port-encoder", "--component", "f0n", "--no-weights", "--config", "/nonexistent/c.json"],
      "config file not found"),
-    (["port-encoder", "--component", "f0n", "--no-weights", "--target", "cuda"],
-     "unsupported target kind 'cuda'"),
+    (["port-encoder", "--component", "f0n", "--no-weights", "--target", "rocm"],
+     "unsupported target kind 'rocm'"),
     (["port-encoder", "--component", "f0n", "--no-weights", "--target", "metal-macos"],
      "needs macOS with Metal"),
     (["port-encoder", "--component", "f0n", "--no-weights", "--target", "metal-ios"],
@@ -676,7 +676,9 @@ def test_parse_target():
         "kind": "llvm", "mcpu": "znver4", "mattr": ["+avx2", "+fma"], "num-cores": 2}
     assert parse_target('{"kind": "llvm", "mcpu": "x86-64-v3"}') == {
         "kind": "llvm", "mcpu": "x86-64-v3"}
-    for bad in ("c", "cuda -arch=sm_90", "", "metal-ios"):
+    assert parse_target("cuda -arch=sm_90a") == {"kind": "cuda", "arch": "sm_90a"}
+    assert parse_target('{"kind": "cuda", "arch": "sm_80"}') == {"kind": "cuda", "arch": "sm_80"}
+    for bad in ("c", "rocm", "", "metal-ios"):
         with pytest.raises(C.UsageError):
             parse_target(bad)
 

@@ -305,7 +305,8 @@ def test_bad_input_is_a_clear_error():
 @gpu
 def test_lengths_on_the_gpu(path):
     """lengths may be on x's GPU (as in a TVM module compiled for cuda): read on the
-    call's stream, the same bits as host lengths; a clear error while capturing."""
+    call's stream, the same bits as host lengths; while the stream is captured into a
+    CUDA graph the kernels read them at every replay (new lengths, new results)."""
     rng = np.random.default_rng(5)
     x, ws, h0, c0, ln = _case(rng, 12, 32, 1, 2, 0, 4, 9, lengths=True)
     want = _run_cuda(x, ws, 1, 2, 32, 0, True, h0, c0, ln, False)
@@ -319,13 +320,22 @@ def test_lengths_on_the_gpu(path):
                       stream=torch.cuda.current_stream().cuda_stream)
         for a, b in zip((y, h_n, c_n), want):
             assert torch.equal(a, b)
-    args = (t(x), torch.as_tensor(ln, device="cuda"), t(h0), t(c0), [t(w) for w in ws], y, h_n, c_n)
+    len_dev = torch.as_tensor(ln, device="cuda")
+    args = (t(x), len_dev, t(h0), t(c0), [t(w) for w in ws], y, h_n, c_n)
     s = torch.cuda.Stream()
     g = torch.cuda.CUDAGraph()
-    with pytest.raises(ValueError, match="captured"):
-        with torch.cuda.graph(g, stream=s):
-            _core.forward(*args, num_layers=1, bidirectional=True, has_bias=True,
-                          stream=s.cuda_stream)
+    with torch.cuda.graph(g, stream=s):
+        _core.forward(*args, num_layers=1, bidirectional=True, has_bias=True,
+                      stream=s.cuda_stream)
+    for new in (ln, [9, 1, 5, 9][:len(ln)], [1] * len(ln)):
+        want = _run_cuda(x, ws, 1, 2, 32, 0, True, h0, c0, np.asarray(new), False)
+        len_dev.copy_(torch.as_tensor(np.asarray(new), device="cuda"))
+        for a in (y, h_n, c_n):
+            a.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        for a, b in zip((y, h_n, c_n), want):
+            assert torch.equal(a, b), new
 
 
 @gpu

@@ -577,9 +577,13 @@ def test_select_method():
     assert kt.select_method({"kind": "llvm", "mcpu": "generic"}) == "native"
     assert kt.select_method(tvm.target.Target("llvm")) == "native"
     assert kt.select_method("llvm", "tir") == "tir"
-    assert kt.select_method("cuda") == "relax"
+    assert kt.select_method("cuda") == "native"  # the engine's CUDA backend
+    assert kt.select_method("cuda", "native") == "native"
+    assert kt.select_method("rocm") == "relax"
+    with pytest.raises(ValueError, match="not a CPU or cuda target"):
+        kt.select_method("rocm", "native")
     with pytest.raises(ValueError, match="not a CPU target"):
-        kt.select_method("cuda", "native")
+        kt.select_dense_method("cuda", "native")
     with pytest.raises(NotImplementedError, match="macOS"):
         kt.select_method("llvm", "mps")
     with pytest.raises(NotImplementedError, match="macOS"):

@@ -75,11 +75,20 @@ def check_writable_dir(path, flag):
 
 _LIST_ATTRS = ("mattr", "keys", "libs", "cl-opt")
 
+TARGET_HELP = ('TVM target (default llvm): llvm, an llvm variant such as "llvm -mcpu=znver4", '
+               'or cuda ("cuda -arch=sm_90a"; without -arch the GPU\'s here; compiled with '
+               "nvcc into cubin, no GPU needed; or a JSON object); metal-macos / metal-ios "
+               "need macOS with Metal")
+DENSE_HELP = ("lowering of the convolutions and products: native (default on CPUs; the "
+              "kokoro_lstm engine's OpenBLAS externs, linked into the library) or tvm (TVM's "
+              "own: on CPUs self-contained untuned loops, 20-90x slower; on cuda the default "
+              "and only choice, dlight's schedules)")
+
 
 def parse_target(target) -> dict:
-    """An llvm target as TVM's dict form. Accepts "llvm", the old string form
+    """An llvm or cuda target as TVM's dict form. Accepts "llvm", "cuda", the old string form
     ("llvm -mcpu=znver4 -mattr=+avx2,+fma -num-cores=4", which TVM >= 0.22 no longer
-    parses itself) and JSON ('{"kind": "llvm", "mcpu": "znver4"}'); UsageError for
+    parses itself; "cuda -arch=sm_90a") and JSON ('{"kind": "llvm", "mcpu": "znver4"}'); UsageError for
     anything else (metal-macos / metal-ios: macOS only)."""
     import shlex
 
@@ -124,15 +133,41 @@ def parse_target(target) -> dict:
         where = "this platform" if sys.platform != "darwin" else "kokoro-lstm"
         raise UsageError(f"target '{kind}' needs macOS with Metal, which {where} does not "
                          "support; use --target llvm (kokoro-tvm for Metal)")
-    if kind != "llvm":
-        raise UsageError(f"unsupported target kind '{kind or target}': use llvm or an llvm "
-                         "variant such as \"llvm -mcpu=znver4\"")
+    if kind not in ("llvm", "cuda"):
+        raise UsageError(f"unsupported target kind '{kind or target}': use llvm (or a variant "
+                         "such as \"llvm -mcpu=znver4\") or cuda (\"cuda -arch=sm_90a\")")
     return spec
+
+
+def _check_cuda(spec, target):
+    """A cuda target's spec with its architecture: nvcc must be here (its kernels are
+    compiled now, into cubin), and the architecture given or read from the GPU here."""
+    from ..tvm import _cuda
+
+    try:
+        _cuda.require_nvcc()
+    except RuntimeError as e:
+        raise UsageError(str(e)) from None
+    if spec.get("arch"):
+        return spec
+    arch = _cuda.local_arch()
+    if arch is None:
+        raise UsageError(f"--target {target!r}: no GPU here to read the architecture from; "
+                         "name it, e.g. --target \"cuda -arch=sm_90a\" (H100/H200)")
+    return dict(spec, arch=arch)
+
+
+def default_dense_method(target_spec) -> str:
+    """``--dense-method``'s default: native (the engine's CPU externs) on CPU targets,
+    tvm (TVM's own kernels) on cuda."""
+    return "tvm" if target_spec.get("kind") == "cuda" else "native"
 
 
 def _check_target(target):
     """(target dict, its canonical JSON) or UsageError."""
     spec = parse_target(target)
+    if spec.get("kind") == "cuda":
+        spec = _check_cuda(spec, target)
     try:
         import tvm
 

@@ -93,10 +93,63 @@ def _rename_main(mod, name):
     return tvm.IRModule(funcs, attrs=mod.attrs)
 
 
-def _to_tvm(arrays):
+def _to_tvm(arrays, dev=None):
     import tvm
 
-    return [tvm.runtime.tensor(a) for a in arrays]
+    return [tvm.runtime.tensor(a, device=dev) for a in arrays]
+
+
+NO_GPU = ("no CUDA device here: the library is written but not run, timed or validated "
+          "(run it where a GPU is)")
+
+
+def build_executable(mod, opts):
+    """``tvm.compile`` of a lowered module for ``opts["target"]``: a cuda target through
+    :func:`kokoro_lstm.tvm._cuda.build` (cubin kernels, a Relax CUDA graph); a CPU one
+    through :func:`kokoro_lstm.tvm.cpu_pipeline` when the dense ops are native, else
+    TVM's default pipeline."""
+    import tvm
+
+    import kokoro_lstm.tvm as kt
+    from kokoro_lstm.tvm import _cuda
+
+    tgt = tvm.target.Target(opts["target"])
+    if _cuda.is_cuda(tgt):
+        return _cuda.build(mod, tgt)
+    if opts["dense_method"] == "native":
+        return tvm.compile(mod, target=tgt, relax_pipeline=kt.cpu_pipeline(
+            tgt, parallel=opts["num_threads"] != 1))
+    return tvm.compile(mod, target=tgt)
+
+
+def _sync(result, dev):
+    """``result`` once ``dev``'s queued work is done (a GPU call returns before its
+    kernels finish)."""
+    if dev.dlpack_device_type() != 1:
+        dev.sync()
+    return result
+
+
+def run_device(opts):
+    """The TVM device a library built for ``opts["target"]`` runs on here: the CPU, the
+    first GPU, or None for a cuda target on a machine without one."""
+    import tvm
+
+    from kokoro_lstm.tvm import _cuda
+
+    return _cuda.device() if _cuda.is_cuda(opts["target"]) else tvm.cpu()
+
+
+def target_fields(opts, ex):
+    """The report's target fields: what was asked, TVM's canonical form, its kind and
+    (cuda) architecture, and what the library needs where it runs."""
+    from kokoro_lstm.tvm import _cuda
+
+    cuda = _cuda.is_cuda(opts["target"])
+    return {"target": opts["target_arg"], "target_tvm": opts["target_json"],
+            "target_kind": "cuda" if cuda else "llvm",
+            "target_arch": _cuda.target_arch(opts["target"]) if cuda else None,
+            "runtime_needs": _runtime_needs(ex, cuda)}
 
 
 def _as_list(res):
@@ -164,18 +217,22 @@ def _nan_both(got, want):
     return int(np.count_nonzero(np.isnan(got) & np.isnan(want)))
 
 
-def _runtime_needs(ex):
+def _runtime_needs(ex, cuda=False):
     """What the exported library needs where it runs."""
     import kokoro_lstm.tvm as kt
 
+    rt = "TVM runtime (libtvm_runtime + libtvm_ffi" + (" + libtvm_runtime_cuda, the NVIDIA "
+                                                       "driver)" if cuda else ")")
     if not kt.uses_engine(ex):
-        return {"summary": "TVM runtime only (libtvm_runtime + libtvm_ffi)",
-                "engine_linked": False, "blas": None}
+        return {"summary": f"{rt} only", "engine_linked": False, "blas": None}
     from kokoro_lstm import _build_config
 
-    return {"summary": "TVM runtime (libtvm_runtime + libtvm_ffi) and OpenBLAS; the kokoro_lstm "
+    nvrtc = (" and NVRTC (libnvrtc.so.13: the engine compiles its CUDA kernels where it "
+             "runs; pip install nvidia-cuda-nvrtc or a CUDA toolkit)" if cuda else "")
+    return {"summary": f"{rt}, OpenBLAS{nvrtc}; the kokoro_lstm "
                        "engine is linked into the library (no Python, no kokoro_lstm install)",
             "engine_linked": True, "blas": _build_config.BLAS,
+            "nvrtc": "libnvrtc.so.13" if cuda else None,
             "threads": "engine calls: the count compiled in (--num-threads), else "
                        "KOKORO_LSTM_NUM_THREADS or the usable cores; TVM's own loops: "
                        "TVM_NUM_THREADS"}

@@ -102,7 +102,7 @@ def run_reports(prog, verbose, body, format_table, footer=None):
     print(format_table(reports))
     if footer:
         print(footer)
-    failed = [r for r in reports if r["validation"] and not r["validation"]["passed"]]
+    failed = [r for r in reports if r["validation"] and r["validation"]["passed"] is False]
     return 1 if failed else 0
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import time
 
-from ._artifact import (Staging, _as_list, _compare, _nan_both, _rename_main, _runtime_needs,
-                        _time_ms, _to_tvm, _versions, write_report)
+from ._artifact import (NO_GPU, Staging, _as_list, _compare, _nan_both, _rename_main, _sync,
+                        _time_ms, _to_tvm, _versions, build_executable, run_device,
+                        target_fields, write_report)
 
 
 def _spec(names, arrays):
@@ -63,30 +64,20 @@ def _lower(comp, ep, resolved, applied, opts, progress, tag, times):
 
 def _build(mod, tmp, opts, progress, tag, times, staging):
     """The compiled executable, exported to its staged library path."""
-    import tvm
-
-    import kokoro_lstm.tvm as kt
-
     with progress.step(tag, "build", times, "build_s"):
-        tgt = tvm.target.Target(opts["target"])
-        if opts["dense_method"] == "native":
-            ex = tvm.compile(mod, target=tgt, relax_pipeline=kt.cpu_pipeline(
-                tgt, parallel=opts["num_threads"] != 1))
-        else:
-            ex = tvm.compile(mod, target=tgt)
+        ex = build_executable(mod, opts)
         staging.export_library(ex, tmp["library"])
     return ex
 
 
-def _run(comp, ex, opts, progress, tag, times):
+def _run(comp, ex, dev, opts, progress, tag, times):
     """(the function, its TVM inputs, the outputs of every input set when validating
-    else of the full-length one, the first call's seconds)."""
-    import tvm
+    else of the full-length one, the first call's seconds) on device ``dev``."""
     from tvm import relax
 
-    fn = relax.VirtualMachine(ex, tvm.cpu())[comp.function]
+    fn = relax.VirtualMachine(ex, dev)[comp.function]
     used = comp.inputs if opts["validate"] else comp.inputs[:1]
-    tvm_inputs = [_to_tvm([a.numpy() for a in args]) for args in used]
+    tvm_inputs = [_to_tvm([a.numpy() for a in args], dev) for args in used]
     with progress.step(tag, "run", times, "run_s"):
         t0 = time.perf_counter()
         outputs = [_as_list(fn(*tvm_inputs[0]))]
@@ -114,11 +105,23 @@ def _port_method_staged(comp, method, out_dir, opts, progress, staging):
     with open(tmp["ir"], "w", encoding="utf-8") as f:
         f.write(script)
     ex = _build(mod, tmp, opts, progress, tag, times, staging)
-    fn, tvm_inputs, outputs, first_s = _run(comp, ex, opts, progress, tag, times)
+    dev = run_device(opts)
+    if dev is None:  # a cuda library where no GPU is: written, described, not run
+        progress.note(tag, NO_GPU)
+        report = _report(comp, method, resolved, opts, [comp.eager(comp.inputs[0])], mod, ex,
+                         rewrites, lstm_ops, cuts, applied, ir, times, files)
+        report["torch_eager_ms"] = comp.torch_ms()
+        if opts["validate"]:
+            report["validation"] = {"skipped": NO_GPU, "passed": None}
+        report["times_s"] = dict(comp.times, **times)
+        write_report(tmp["report"], report)
+        return report
+    fn, tvm_inputs, outputs, first_s = _run(comp, ex, dev, opts, progress, tag, times)
     report = _report(comp, method, resolved, opts, outputs, mod, ex, rewrites, lstm_ops,
                      cuts, applied, ir, times, files)
     with progress.step(tag, "time", times, "time_s"):
-        report["runtime_ms"] = _time_ms(lambda: fn(*tvm_inputs[0]), warm_s=first_s)
+        report["runtime_ms"] = _time_ms(lambda: _sync(fn(*tvm_inputs[0]), dev),
+                                        warm_s=first_s)
         report["torch_eager_ms"] = comp.torch_ms()
     if opts["validate"]:
         with progress.step(tag, "validate", times, "validate_s"):
@@ -151,9 +154,7 @@ def _report(comp, method, resolved, opts, outputs, mod, ex, rewrites, lstm_ops, 
                                  "constants": rewrites.get("panels_packed", 0)},
         "algebra_cuts": {"applied": applied, "detail": cuts},
         "f0n_input": opts.get("f0n_input", "en") if comp.name == "f0n" else None,
-        "runtime_needs": _runtime_needs(ex),
-        "target": opts["target_arg"],
-        "target_tvm": opts["target_json"],
+        **target_fields(opts, ex),
         "seq_len": opts["seq_len"], "aligned_len": opts["aligned_len"],
         "bert_seq_len": opts["bert_seq_len"],
         "static_length": comp.T,

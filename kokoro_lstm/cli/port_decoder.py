@@ -40,9 +40,10 @@ import sys
 import time
 
 from ._args import (DEFAULT_TOL, _check_target, _Parser, _require_deps, add_common_arguments,
-                    check_num_threads, check_seed, check_thread_env, check_writable_dir)
-from ._artifact import (Staging, _compare, _nan_both, _rename_main, _runtime_needs, _time_ms,
-                        _versions, write_report)
+                    DENSE_HELP, TARGET_HELP, check_num_threads, check_seed, check_thread_env,
+                    check_writable_dir, default_dense_method)
+from ._artifact import (NO_GPU, Staging, _compare, _nan_both, _rename_main, _sync, _time_ms,
+                        _versions, build_executable, run_device, target_fields, write_report)
 from ._command import _Progress, _threads, port_main, run_reports
 from ._components import UsageError
 from ..tvm.dense.configs import DENSE_METHODS
@@ -76,12 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="library path of a single build (default: --output-dir/"
                         "decoder_compiled.so)")
     p.add_argument("--output-dir", default=".", help="output directory (default: .)")
-    p.add_argument("--target", default="llvm",
-                   help='TVM target: llvm or an llvm variant such as "llvm -mcpu=znver4"')
-    p.add_argument("--dense-method", default="native", choices=DENSE_METHODS,
-                   help="conv / matmul lowering: native (default; the kokoro_lstm engine's "
-                        "OpenBLAS externs, linked into the library) or tvm (TVM's own "
-                        "untuned loops)")
+    p.add_argument("--target", default="llvm", help=TARGET_HELP)
+    p.add_argument("--dense-method", default=None, choices=DENSE_METHODS, help=DENSE_HELP)
     p.add_argument("--validate", action="store_true",
                    help="run the library against PyTorch's Decoder on random inputs with the "
                         "same noise seed; exit 1 above --tolerance or where either side "
@@ -215,18 +212,6 @@ def _lower(ep, frames, opts, dump):
     return mod, rewrites
 
 
-def _build(mod, opts):
-    import tvm
-
-    import kokoro_lstm.tvm as kt
-
-    tgt = tvm.target.Target(opts["target"])
-    if opts["dense_method"] == "native":
-        return tvm.compile(mod, target=tgt, relax_pipeline=kt.cpu_pipeline(
-            tgt, parallel=opts["num_threads"] != 1))
-    return tvm.compile(mod, target=tgt)
-
-
 def _port_one(model, frames, path, opts, progress):
     """Export, lower, build and write the library for ``frames``; validate and time
     it. Returns the report. The files are written under temporary names and renamed
@@ -274,19 +259,26 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
         mod, rewrites = _lower(ep, frames, opts, dump)
     del ep
     with progress.step(tag, "build", times, "build_s"):
-        ex = _build(mod, opts)
+        ex = build_executable(mod, opts)
     with progress.step(tag, "export library", times, "export_library_s"):
         staging.export_library(ex, tmp["library"])
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    tvm_in = [tvm.runtime.tensor(a.numpy()) for a in inputs]
-    seeded, fresh = vm[D.SEEDED_FUNCTION], vm[D.FUNCTION]
-    tvm_seed = tvm.runtime.tensor(seed_t.numpy())
-    with progress.step(tag, "run", times, "run_s"):
-        t0 = time.perf_counter()
-        audio = seeded(*tvm_in, tvm_seed).numpy()
-        first_s = time.perf_counter() - t0
-    with progress.step(tag, "time", times, "time_s"):
-        runtime_ms = _time_ms(lambda: fresh(*tvm_in), warm_s=first_s)
+    dev = run_device(opts)
+    if dev is None:  # a cuda library where no GPU is: written, described, not run
+        progress.note(tag, NO_GPU)
+        with torch.no_grad():
+            audio = part(*inputs, seed_t).numpy()
+        runtime_ms = None
+    else:
+        vm = relax.VirtualMachine(ex, dev)
+        tvm_in = [tvm.runtime.tensor(a.numpy(), device=dev) for a in inputs]
+        seeded, fresh = vm[D.SEEDED_FUNCTION], vm[D.FUNCTION]
+        tvm_seed = tvm.runtime.tensor(seed_t.numpy(), device=dev)
+        with progress.step(tag, "run", times, "run_s"):
+            t0 = time.perf_counter()
+            audio = seeded(*tvm_in, tvm_seed).numpy()
+            first_s = time.perf_counter() - t0
+        with progress.step(tag, "time", times, "time_s"):
+            runtime_ms = _time_ms(lambda: _sync(fresh(*tvm_in), dev), warm_s=first_s)
     ir = kt.ir_size(mod)
     report = {
         "component": "decoder",
@@ -302,8 +294,7 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
         "dense_packed_weights": {"matmuls": rewrites.get("matmul_panels", 0),
                                  "convs": rewrites.get("conv1d_panels", 0),
                                  "constants": rewrites.get("panels_packed", 0)},
-        "runtime_needs": _runtime_needs(ex),
-        "target": opts["target_arg"], "target_tvm": opts["target_json"],
+        **target_fields(opts, ex),
         "weights": opts["weights"], "modules": opts["modules"],
         "ir_lines": ir["lines"], "ir_chars": ir["chars"],
         # torch.export to the written library
@@ -317,7 +308,9 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
         "files": files,
         "versions": _versions(),
     }
-    if opts["validate"]:
+    if opts["validate"] and dev is None:
+        report["validation"] = {"skipped": NO_GPU, "passed": None}
+    elif opts["validate"]:
         with progress.step(tag, "validate", times, "validate_s"), torch.no_grad():
             want = part(*inputs, seed_t).numpy()
             again = seeded(*tvm_in, tvm_seed).numpy()
@@ -352,7 +345,7 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
 
 def port(seq_lens, *, output=None, output_dir=".", target="llvm", validate=False,
          checkpoint=None, no_weights=False, config=None, num_threads=None,
-         tolerance=DEFAULT_TOL, seed=0, verbose=False, progress=None, dense_method="native",
+         tolerance=DEFAULT_TOL, seed=0, verbose=False, progress=None, dense_method=None,
          dump_ir=False, tune=False):
     """Build one decoder library per frame count in ``seq_lens``; returns the reports
     (one per length, in order). Raises UsageError for bad inputs."""
@@ -376,6 +369,7 @@ def _port(seq_lens, *, output, output_dir, target, validate, checkpoint, no_weig
     target, target_json = _check_target(target)
     import kokoro_lstm.tvm as kt
 
+    dense_method = dense_method or default_dense_method(target)
     if dense_method not in DENSE_METHODS:
         raise UsageError(f"unknown --dense-method {dense_method!r} (choose from "
                          f"{', '.join(DENSE_METHODS)})")
@@ -439,9 +433,11 @@ def format_table(reports) -> str:
     rows = []
     for r in reports:
         v = r.get("validation")
-        err = "-" if not v else f"{v['max_abs_err']:.2e}" + ("" if v["passed"] else " FAIL")
+        err = ("-" if not v else "skipped" if "skipped" in v
+               else f"{v['max_abs_err']:.2e}" + ("" if v["passed"] else " FAIL"))
+        ms = "-" if r["runtime_ms"] is None else f"{r['runtime_ms']:.1f}"
         rows.append((str(r["frames"]), r["dense_method"], f"{r['compile_s']:.1f}",
-                     f"{r['runtime_ms']:.1f}", f"{r['torch_eager_ms']:.1f}", err,
+                     ms, f"{r['torch_eager_ms']:.1f}", err,
                      os.path.basename(r["files"]["library"])))
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
               for i, h in enumerate(head)]

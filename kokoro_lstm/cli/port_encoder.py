@@ -38,8 +38,8 @@ import os
 import sys
 
 from ._args import (DEFAULT_TOL, _check_target, _Parser, _require_deps, add_common_arguments,
-                    check_num_threads, check_seed, check_thread_env, check_writable_dir,
-                    parse_target)
+                    DENSE_HELP, TARGET_HELP, check_num_threads, check_seed, check_thread_env,
+                    check_writable_dir, default_dense_method, parse_target)
 from ._command import _Progress, _threads, port_main, run_reports
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
 from ..tvm.dense.configs import DENSE_METHODS
@@ -68,17 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--aligned-len", type=int, default=512,
                    help="static aligned (frame) length F of f0n; at most "
                         "max_position_embeddings x max_dur (25600)")
-    p.add_argument("--target", default="llvm",
-                   help='TVM target: llvm or an llvm variant such as "llvm -mcpu=znver4" '
-                        "(metal-macos / metal-ios need macOS with Metal)")
+    p.add_argument("--target", default="llvm", help=TARGET_HELP)
     p.add_argument("--lstm-method", default="auto", choices=LSTM_METHODS,
                    help="LSTM lowering (kokoro_lstm.tvm): auto (native on CPU), native (the "
                         "kokoro_lstm C engine), tir (while-loop TIR), relax / topi (unrolled), "
                         "mps (macOS only)")
-    p.add_argument("--dense-method", default="native", choices=DENSE_METHODS,
-                   help="matmul / linear / conv1d lowering: native (default; the kokoro_lstm "
-                        "engine's OpenBLAS externs, linked into the library) or tvm (TVM's own "
-                        "legalization: self-contained, untuned loops, 20-90x slower)")
+    p.add_argument("--dense-method", default=None, choices=DENSE_METHODS, help=DENSE_HELP)
     p.add_argument("--lstm-semantics", default="packed", choices=("packed", "padded"),
                    help="packed (default): LSTMs honour the runtime lengths, so padding to "
                         "--seq-len never changes the numbers; padded: pack/pad replaced by "
@@ -141,7 +136,7 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
          semantics="packed", validate=False, checkpoint=None, no_weights=False,
          config=None, output_dir="tvm_output", num_threads=None, tolerance=DEFAULT_TOL,
          seed=0, verbose=False, progress=None, method_subdirs=None, bert_seq_len=None,
-         dense_method="native", algebra_cuts=True, f0n_input="en"):
+         dense_method=None, algebra_cuts=True, f0n_input="en"):
     """Port ``components`` with each of ``methods``; returns the list of reports (one
     per component and method, in that order). Raises UsageError for bad inputs.
 
@@ -200,13 +195,15 @@ def check_lengths(cfg, components, seq_len, aligned_len, f0n_input="en"):
 
 def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
           checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
-          progress, method_subdirs, bert_seq_len=None, dense_method="native",
+          progress, method_subdirs, bert_seq_len=None, dense_method=None,
           algebra_cuts=True, f0n_input="en"):
     from . import _components as C
 
     target_arg = target
     target, target_json = _check_target(target)
     import kokoro_lstm.tvm as kt
+
+    dense_method = dense_method or default_dense_method(target)
 
     for m in methods:
         if m not in LSTM_METHODS:
@@ -293,6 +290,7 @@ def format_table(reports) -> str:
         rows.append((r["component"], meth, r.get("dense_method") or "-", cuts, str(r["ir_lines"]),
                      _fmt(r["compile_s"], ".1f"),
                      _fmt(r["runtime_ms"], ".3f"), _fmt(r.get("torch_eager_ms"), ".3f"),
+                     "skipped" if "skipped" in v else
                      _fmt(v.get("max_err"), ".2e") + ("" if v.get("passed", True) else " FAIL"),
                      _fmt(v.get("padding_error"), ".2e")))
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)

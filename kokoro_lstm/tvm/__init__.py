@@ -25,7 +25,8 @@ Methods (``lstm_method`` / ``method``):
 ``native``
     ``R.call_dps_packed("kokoro_lstm.lstm_forward_v2", ...)`` into the kokoro_lstm C
     engine, a C function registered with tvm-ffi from C. The IR is one call,
-    whatever T and the layer count. CPU targets only. Tensors reach the engine
+    whatever T and the layer count. CPU and cuda targets (on CUDA tensors the engine
+    runs its CUDA backend, on TVM's stream). Tensors reach the engine
     zero-copy; packed weights are cached across calls (see
     :mod:`kokoro_lstm.tvm._native`). The lowering attaches the engine to the module
     (:func:`attach_engine`), so TVM's own ``ex.export_library`` (or
@@ -96,12 +97,13 @@ def register_native(*, force_import: bool = False) -> bool:
 register_native()
 
 
-def _require_native(what, kind, is_cpu, use_elsewhere, use_without):
-    """Raises unless the engine can run ``what`` here: a CPU target (else ValueError,
-    naming ``use_elsewhere``) and the extension loaded (else RuntimeError, ``use_without``)."""
-    if not is_cpu:
-        raise ValueError(f"{what} runs the kokoro_lstm C engine on the CPU; target {kind!r} "
-                         f"is not a CPU target (use {use_elsewhere})")
+def _require_native(what, kind, kinds, supported, use_elsewhere, use_without):
+    """Raises unless the engine can run ``what`` here: a target of ``kinds`` (words such
+    as "a CPU target"; ``supported`` says whether ``kind`` is one, else ValueError naming
+    ``use_elsewhere``) and the extension loaded (else RuntimeError, ``use_without``)."""
+    if not supported:
+        raise ValueError(f"{what} runs the kokoro_lstm C engine; target {kind!r} is not "
+                         f"{kinds} (use {use_elsewhere})")
     if not _native.available():
         raise RuntimeError(f"{what} needs the kokoro_lstm C extension, which failed to load "
                            f"(use {use_without})")
@@ -130,10 +132,10 @@ def _target_info(target):
 def select_method(target="llvm", method: str = "auto") -> str:
     """The lowering method to use for ``target``.
 
-    ``method="auto"`` picks ``"native"`` for CPU targets (llvm, c) when the kokoro_lstm
-    C extension loads, else ``"tir"`` for CPU targets, else ``"relax"``. An explicit
-    method is validated against the target and returned: ``"native"`` needs a CPU
-    target and the extension; ``"mps"`` always raises ``NotImplementedError`` (it needs
+    ``method="auto"`` picks ``"native"`` for CPU targets (llvm, c) and cuda when the
+    kokoro_lstm C extension loads, else ``"tir"`` for CPU targets, else ``"relax"``. An
+    explicit method is validated against the target and returned: ``"native"`` needs a
+    CPU or cuda target and the extension; ``"mps"`` always raises ``NotImplementedError`` (it needs
     macOS with Metal); unknown names raise ``ValueError``.
     """
     if method not in METHODS:
@@ -141,12 +143,14 @@ def select_method(target="llvm", method: str = "auto") -> str:
     if method == "mps":
         raise NotImplementedError(_MPS_ERROR)
     kind, is_cpu = _target_info(target)
+    on_engine = is_cpu or kind == "cuda"  # the engine's CPU or CUDA backend
     if method == "auto":
-        if is_cpu:
-            return "native" if _native.available() else "tir"
-        return "relax"
+        if on_engine and _native.available():
+            return "native"
+        return "tir" if is_cpu else "relax"
     if method == "native":
-        _require_native("lstm_method='native'", kind, is_cpu, "'tir' or 'relax'", "'tir'")
+        _require_native("lstm_method='native'", kind, "a CPU or cuda target", on_engine,
+                        "'relax'", "'tir'" if is_cpu else "'relax'")
     if method == "tir" and not is_cpu:
         raise ValueError(f"lstm_method='tir' emits a CPU kernel (parallel/vectorized loops); "
                          f"target {kind!r} is not a CPU target (use 'relax' or 'topi')")

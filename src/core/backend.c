@@ -20,8 +20,9 @@ static kl_status cuda_supports(const kl_forward_args* a) {
 }
 
 static const kl_backend BACKENDS[] = {
-    {"cpu", kDLCPU, cpu_supports, kl_cpu_run, NULL, kl_cache_clear_cpu},
-    {"cuda", kDLCUDA, cuda_supports, kl_cuda_lstm_forward, kl_cuda_read_int64, kl_cuda_clear},
+    {"cpu", kDLCPU, cpu_supports, kl_cpu_run, NULL, NULL, kl_cache_clear_cpu},
+    {"cuda", kDLCUDA, cuda_supports, kl_cuda_lstm_forward, kl_cuda_read_int64, kl_cuda_stream_capturing,
+     kl_cuda_clear},
 };
 #define NUM_BACKENDS (sizeof(BACKENDS) / sizeof(BACKENDS[0]))
 

@@ -13,6 +13,8 @@ typedef struct kl_backend {
   kl_status (*run)(const kl_call* c);
   /* count int64 from the device's memory into dst (lengths shape a call); NULL: host memory */
   kl_status (*read_int64)(int device_id, void* stream, const int64_t* src, size_t count, int64_t* dst);
+  /* 1 while the stream is being captured into a CUDA graph (nothing can be read then) */
+  int (*capturing)(int device_id, void* stream);
   void (*clear)(void); /* frees what the backend keeps between calls */
 } kl_backend;
 

@@ -226,10 +226,10 @@ static kl_status check_weights(const kl_forward_args* a, DLDataType io, int64_t 
   return KL_OK;
 }
 
-/* lengths shape the launches: read into *lengths, host memory (from x's GPU: a
- * synchronization). */
+/* lengths shape the launches: read into c->lengths, host memory (from x's GPU: a
+ * synchronization), or, on a GPU stream being captured, left there (c->lengths_dev). */
 static kl_status read_lengths(const kl_forward_args* a, const kl_backend* be, int64_t T, int64_t B,
-                              int64_t** lengths) {
+                              kl_call* c) {
   const DLDevice ldev = a->lengths->device;
   const int on_gpu = be->read_int64 && ldev.device_type == g_dev.device_type && ldev.device_id == g_dev.device_id;
   kl_status s;
@@ -238,8 +238,14 @@ static kl_status read_lengths(const kl_forward_args* a, const kl_backend* be, in
     return s;
   const int64_t ls = stride_of(a->lengths, 0);
   if (on_gpu && ls < 0) return kl_fail("lengths on the GPU: negative strides are not supported");
+  if (on_gpu && be->capturing(g_dev.device_id, a->stream)) {
+    c->lengths_dev = data_of(a->lengths);
+    c->lengths_st = ls;
+    return KL_OK;
+  }
   const size_t span = B > 0 ? (size_t)((B - 1) * ls + 1) : 1;
-  int64_t* len = *lengths = malloc((on_gpu ? span : (size_t)(B ? B : 1)) * sizeof(int64_t));
+  int64_t* len = malloc((on_gpu ? span : (size_t)(B ? B : 1)) * sizeof(int64_t));
+  c->lengths = len;
   if (!len) return KL_ERR_NOMEM;
   if (on_gpu && B > 0) {
     if ((s = be->read_int64(g_dev.device_id, a->stream, data_of(a->lengths), span, len))) return s;
@@ -256,7 +262,7 @@ static kl_status read_lengths(const kl_forward_args* a, const kl_backend* be, in
 
 /* States, lengths (read_lengths) and outputs. */
 static kl_status check_io(const kl_forward_args* a, const kl_backend* be, DLDataType io, int64_t esz,
-                          int64_t T, int64_t B, int64_t H, int64_t R, int64_t** lengths) {
+                          int64_t T, int64_t B, int64_t H, int64_t R, kl_call* c) {
   const int D = a->bidirectional ? 2 : 1, bf = a->batch_first != 0;
   const int64_t LD = (int64_t)a->num_layers * D;
   const int64_t s_h[3] = {LD, B, R}, s_c[3] = {LD, B, H};
@@ -271,7 +277,7 @@ static kl_status check_io(const kl_forward_args* a, const kl_backend* be, DLData
   if (a->gate_bias && ((s = check_tensor(a->gate_bias, "gate_bias", io, 3, (const int64_t[]){D, B, 4 * H})) ||
                        (s = check_compact(a->gate_bias, "gate_bias"))))
     return s;
-  if (a->lengths && (s = read_lengths(a, be, T, B, lengths))) return s;
+  if (a->lengths && (s = read_lengths(a, be, T, B, c))) return s;
   if (B > 0 && (s = check_y_rows(a->y, D * R))) return s;
   return check_no_overlap(a, esz);
 }
@@ -335,10 +341,8 @@ kl_status kl_call_make(const kl_forward_args* a, const kl_backend* be, kl_call* 
                  .num_threads = a->num_threads, .dtype = a->dtype};
   if ((s = check_x(a, io, c)) || (s = check_w_ih0(a, io, c))) return s;
   if (!(c->w = calloc((size_t)(c->L * c->D), sizeof(kl_wsrc)))) return KL_ERR_NOMEM;
-  int64_t* lengths = NULL;
   s = check_weights(a, io, c->input_size, c->H, c->R, c->w);
-  if (!s) s = check_io(a, be, io, esz, c->T, c->B, c->H, c->R, &lengths);
-  c->lengths = lengths;
+  if (!s) s = check_io(a, be, io, esz, c->T, c->B, c->H, c->R, c);
   if (s) return s;
   const int bf = a->batch_first != 0;
   c->y = data_or_null(a->y), c->y_st = stride_of(a->y, bf ? 1 : 0), c->y_sb = stride_of(a->y, bf ? 0 : 1);

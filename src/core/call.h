@@ -31,6 +31,10 @@ typedef struct kl_call {
   const void *h0, *c0; /* [L*D, B, R], [L*D, B, H] contiguous, or NULL */
   void *h_n, *c_n;
   const int64_t* lengths; /* host memory, [B] in 1..T, or NULL */
+  /* lengths left on the GPU, lengths_dev[b * lengths_st], when the stream is being
+   * captured into a CUDA graph: the kernels read them at every replay (unchecked) */
+  const int64_t* lengths_dev;
+  int64_t lengths_st;
   const void* gate_bias;  /* [D, B, 4H] contiguous, or NULL */
   kl_wsrc* w;             /* [L * D], index layer * D + direction */
 } kl_call;

@@ -51,6 +51,10 @@ __device__ __forceinline__ float kl_round_w(float w) {
 
 __device__ __forceinline__ int kl_len(const kl_rec_args& a, int b) {
 #if KL_LCAP > 0
+  if (a.len_dev) { /* in a CUDA graph: read at each replay, clamped (nothing checks them) */
+    const long long v = a.len_dev[(long long)b * a.len_st];
+    return v < 1 ? 1 : v > a.T ? a.T : (int)v;
+  }
   return a.len[b];
 #else
   (void)b;

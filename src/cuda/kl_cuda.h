@@ -15,6 +15,8 @@ kl_status kl_cuda_lstm_forward(const kl_call* c);
 /* Copies count int64 from device memory to dst on the stream and waits for them
  * (lengths on the device: they shape the launches). Not while the stream is captured. */
 kl_status kl_cuda_read_int64(int device_id, void* stream, const int64_t* src, size_t count, int64_t* dst);
+/* 1 while the stream is being captured into a CUDA graph, else 0 (errors too). */
+int kl_cuda_stream_capturing(int device_id, void* stream);
 /* Frees the work buffers of every device. */
 void kl_cuda_clear(void);
 

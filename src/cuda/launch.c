@@ -197,6 +197,8 @@ static kl_status launch_layers(const run* x) {
   ra->reverse = c->reverse;
   if (c->lengths)
     for (int64_t b = 0; b < c->B; b++) ra->len[b] = (int)c->lengths[b];
+  ra->len_dev = (const long long*)c->lengths_dev;
+  ra->len_st = c->lengths_st;
   for (int l = 0; l < c->L; l++) {
     const float* in = l == 0 ? (const float*)c->x : obuf[(l - 1) & 1];
     float* out = l == c->L - 1 ? (float*)c->y : obuf[l & 1];

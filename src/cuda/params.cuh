@@ -43,6 +43,8 @@ typedef struct kl_rec_args {
   float* mbuf;
   int T, B, reverse; /* reverse: a unidirectional LSTM run backwards */
   int step;          /* step path: the step this launch computes */
+  const long long* len_dev; /* lengths read by the kernels, len_dev[b * len_st], or NULL: len */
+  long long len_st;
   int len[KL_LEN_CAP];
 } kl_rec_args;
 

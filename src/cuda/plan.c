@@ -8,7 +8,8 @@
 
 kl_cuda_shape kl_cuda_shape_of(const kl_call* c) {
   const int wt = c->dtype == KL_BF16 ? 1 : c->dtype == KL_F16 ? 2 : 0;
-  return (kl_cuda_shape){c->T, c->B, c->L, c->D, (int)c->H, (int)c->R, c->x_gates, wt, c->lengths != NULL};
+  return (kl_cuda_shape){c->T, c->B, c->L, c->D, (int)c->H, (int)c->R, c->x_gates, wt,
+                         c->lengths != NULL || c->lengths_dev != NULL};
 }
 
 kl_status kl_cuda_plan_check(const kl_cuda_shape* s) {

@@ -16,7 +16,8 @@ def select_dense_method(target="llvm", method="native") -> str:
     if method not in DENSE_METHODS:
         raise ValueError(f"unknown dense method {method!r}; expected one of {DENSE_METHODS}")
     if method == "native":
-        _require_native("dense method 'native'", *_target_info(target), "'tvm'", "'tvm'")
+        kind, is_cpu = _target_info(target)
+        _require_native("dense method 'native'", kind, "a CPU target", is_cpu, "'tvm'", "'tvm'")
     return method
 
 

@@ -1,0 +1,114 @@
+"""``kokoro-lstm port-encoder / port-decoder --target cuda`` on a machine without a GPU:
+the kernels compile with pip's nvcc into cubin, the library and its report are
+written, --validate says in one line that it did not run, and bad targets get
+one-line errors. (The GPU suite runs these artifacts: tools/gpu_kokoro.py.)"""
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import REQUIRE, require
+
+require("torch")
+tvm = require("tvm")
+
+from kokoro_lstm.cli import main  # noqa: E402
+from kokoro_lstm.tvm import _cuda  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from deploy.artifacts import cuda_module_format  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
+ARCH = "cuda -arch=sm_90a"
+
+
+def _need_nvcc():
+    if _cuda.nvcc_dir() is None:
+        msg = "no nvcc (pip install nvidia-cuda-nvcc)"
+        if REQUIRE:
+            pytest.fail(msg + " (KOKORO_LSTM_REQUIRE=1: this test must run)")
+        pytest.skip(msg)
+
+
+def test_text_encoder_compiles_for_cuda(tmp_path, capsys):
+    _need_nvcc()
+    rc = main(["port-encoder", "--component", "text_encoder", "--seq-len", "8", "--no-weights",
+               "--target", ARCH, "--validate", "--output-dir", str(tmp_path)])
+    out = capsys.readouterr()
+    lib = tmp_path / "text_encoder_compiled.so"
+    report = json.loads((tmp_path / "text_encoder_report.json").read_text())
+    if _cuda.device() is not None:  # a GPU here: it ran and validated
+        assert rc == 0 and report["validation"]["passed"], out.err
+        return
+    assert rc == 0, out.err
+    assert "no CUDA device here" in out.err and "skipped" in out.out
+    assert cuda_module_format(str(lib)) == "cubin"
+    assert report["target_kind"] == "cuda" and report["target_arch"] == "sm_90a"
+    assert report["dense_method"] == "tvm" and report["lstm_method"] == "native"
+    assert report["validation"] == {"skipped": report["validation"]["skipped"], "passed": None}
+    assert report["runtime_ms"] is None
+    assert [o["shape"] for o in report["outputs"]] == [[1, 512, 8]]
+    assert "libnvrtc.so.13" in report["runtime_needs"]["summary"]
+    # one CUDA graph after the inputs' copies: the capture function is in the library
+    assert b"text_encoder_forward_cuda_graph_capture" in lib.read_bytes()
+    assert b"text_encoder_forward_cuda_graph_capture1" not in lib.read_bytes()
+
+
+def test_stage_inputs_puts_the_lstm_in_the_one_graph():
+    """The LSTM's call (which reads the lengths input) lands inside the captured region."""
+    from tvm import relax
+
+    from kokoro_lstm.tvm import _cuda as cu
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 3), "float32"))
+    n = relax.Var("n", relax.TensorType((1,), "int64"))
+    with bb.function("main", [x, n]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.add(x, x))
+            z = bb.emit(relax.call_dps_packed("kokoro_lstm.some_extern", [y, n],
+                                              relax.TensorType((4, 3), "float32")))
+            w = bb.emit_output(relax.op.multiply(z, z))
+        bb.emit_func_output(w)
+    mod = cu.stage_inputs(bb.get())
+    assert "kl_stage_input0" in mod.script() and "kl_stage_input1" in mod.script()
+    tgt = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    from tvm.relax.backend.cuda import pipeline as P
+    with tgt, tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+        seq = tvm.transform.Sequential(P.library_dispatch_passes(tgt) + P.legalize_passes(tgt)
+                                       + P.dataflow_lower_passes(tgt)
+                                       + [relax.transform.StaticPlanBlockMemory(),
+                                          relax.transform.RewriteCUDAGraph()])
+        out = seq(mod)
+    captures = [gv.name_hint for gv in out.get_global_vars() if "capture" in gv.name_hint]
+    assert captures == ["main_cuda_graph_capture"]
+    assert "some_extern" in out["main_cuda_graph_capture"].script()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target", "cuda"], "no GPU here to read the architecture from"),
+    (["--target", ARCH, "--dense-method", "native"], "is not a CPU target"),
+    (["--target", ARCH, "--lstm-method", "tir"], "not a CPU target"),
+])
+def test_cuda_target_errors(argv, message, tmp_path, capsys):
+    _need_nvcc()
+    if _cuda.local_arch() is not None and "architecture" in message:
+        pytest.skip("a GPU here names the architecture")
+    rc = main(["port-encoder", "--component", "text_encoder", "--seq-len", "8", "--no-weights",
+               "--output-dir", str(tmp_path)] + argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cuda_target_without_nvcc(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(_cuda, "nvcc_dir", lambda: None)
+    for cmd in (["port-encoder", "--component", "text_encoder"], ["port-decoder", "--seq-lens", "8"]):
+        rc = main(cmd + ["--no-weights", "--target", ARCH, "--output-dir", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert rc == 2 and "pip install nvidia-cuda-nvcc" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert not os.listdir(tmp_path)
