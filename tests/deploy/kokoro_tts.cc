@@ -204,9 +204,11 @@ void OpenCuda(DLDevice dev) {
     }
     dlclose(rt);
   }
-  if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr)
+  if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* why = dlerror();
     throw UsageError("no CUDA device: cannot load TVM's CUDA runtime: " +
-                     FirstLine(dlerror()), false);
+                     FirstLine(why ? why : lib), false);
+  }
   static const ffi::Function attr = ffi::Function::GetGlobalRequired("runtime.GetDeviceAttr");
   std::string why = "no such GPU, or no usable driver";
   try {
