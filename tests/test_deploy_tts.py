@@ -9,6 +9,7 @@ at small static lengths: 12 tokens (10 used: padding is exercised), and f0n and 
 decoder at the exact frame count. The runner runs in a subprocess with no PYTHON*
 variables.
 """
+import json
 import os
 import shlex
 import shutil
@@ -195,6 +196,45 @@ def test_bad_inputs_exit_2(runner, artifacts, tmp_path):
     assert r.returncode == 2 and "bert_report.json" in r.stderr, r.stderr
     r = _run(runner, folder, "--tokens", "0,5,0", "--style", style, "-o", tmp_path / "a.wav")
     assert r.returncode == 2 and "no decoder" in r.stderr, r.stderr
+
+
+def test_device_errors_exit_2(runner, artifacts, tmp_path):
+    """--device: a bad string is a usage error; cuda without a GPU, or on artifacts whose
+    report names another target kind, is one line: "no CUDA device: ..." or "{library}
+    was compiled for {kind}: run with --device ...", before any library loads."""
+    folder = artifacts[0] / "en"
+    style = tmp_path / "ref.f32"
+    np.zeros(256, "<f4").tofile(style)
+    common = ["--tokens", "0,5,0", "--style", style, "--encoder-only", "--trace", tmp_path]
+    for bad in ("gpu", "cuda:", "cuda:x", "cuda:-1"):
+        r = _run(runner, folder, *common, "--device", bad)
+        assert r.returncode == 2 and f"bad --device '{bad}'" in r.stderr, (bad, r.stderr)
+
+    def one_line_error(r, msg):
+        lines = r.stderr.splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and msg in lines[0], r.stderr
+
+    # on a GPU machine TVM's CUDA runtime loads and the llvm artifacts are refused instead
+    gpu = os.path.exists("/dev/nvidiactl")
+    one_line_error(_run(runner, folder, *common, "--device", "cuda"),
+                   f"{folder}/bert_compiled.so was compiled for llvm: run with --device cpu"
+                   if gpu else "kokoro_tts: error: no CUDA device: ")
+    # a folder whose duration report says cuda (the libraries are the CPU ones)
+    fake = tmp_path / "cuda"
+    fake.mkdir()
+    for f in os.listdir(folder):
+        if f.endswith("_report.json"):
+            shutil.copy(folder / f, fake / f)
+        else:
+            os.symlink(folder / f, fake / f)
+    rep = json.loads((fake / "duration_report.json").read_text())
+    assert "target_kind" not in rep or rep["target_kind"] == "llvm", rep.get("target_kind")
+    rep["target_kind"] = "cuda"
+    (fake / "duration_report.json").write_text(json.dumps(rep))
+    one_line_error(_run(runner, fake, *common, "--device", "cpu"),
+                   f"{fake}/duration_compiled.so was compiled for cuda: run with --device cuda")
+    r = _run(runner, folder, *common, "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 # --------------------------------------------------------------------------------------

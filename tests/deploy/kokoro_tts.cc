@@ -3,13 +3,20 @@
 //
 //   kokoro_tts DIR --tokens 0,50,83,...,0 --style REF_S.f32 -o out.wav
 //              [--speed S] [--seed N] [--float] [--threads N] [--trace DIR2] [--repeat N]
+//              [--device cpu|cuda[:N]]
 //
 // DIR holds what `kokoro-lstm port-encoder --component all` writes (bert, duration, f0n,
 // text_encoder: {name}_compiled.so and {name}_report.json, whose "inputs" give each
 // function's static shapes) and the decoder of `kokoro-lstm port-decoder`:
 // decoder_compiled_seq{F}.so per frame bucket F, or decoder_compiled.so (its frame count
 // from decoder_report.json). Every library is loaded with tvm-ffi and run on the Relax VM
-// on the CPU (libtvm_runtime deserializes the VM executable: link it --no-as-needed).
+// (libtvm_runtime deserializes the VM executable: link it --no-as-needed) on --device:
+// `cpu` (the default) or `cuda[:N]`, the artifacts of `--target cuda`. Each report's
+// "target_kind" (missing: "llvm") must fit the device. On cuda, TVM's CUDA runtime
+// (libtvm_runtime_cuda.so, beside libtvm_runtime.so or on LD_LIBRARY_PATH) is loaded with
+// dlopen, the VM runs on the GPU with the CPU as host device (shape functions), each
+// function's inputs are copied from the host and its outputs back: the glue stays on the
+// host, as on the CPU.
 //
 // The glue is KModel.forward_with_tokens's, with ids padded to the static text length:
 //   bert(ids, attention_mask) -> d_en; duration(d_en, s, n, mask) -> (logits, d);
@@ -34,7 +41,7 @@
 // F0, N, t_en, asr, audio) and trace.txt (name dtype shape per line).
 // --encoder-only: stop before the decoder (no decoder needed, no WAV): --trace only.
 // --repeat N: synthesize N times; prints one JSON line with each call's milliseconds and
-// the last call's per-stage milliseconds.
+// the last call's per-stage milliseconds (the device synchronized before each clock read).
 // Exit status: 0 success, 1 a failed run, 2 a usage, file or artifact error.
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
@@ -45,6 +52,8 @@
 #include <tvm/ffi/function.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -68,8 +77,11 @@ namespace ffi = tvm::ffi;
 namespace {
 
 // A usage, file or artifact error (exit 2); anything else thrown is a failed run (1).
+// show_usage: print the usage after the message (argument errors, not device errors).
 struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& what, bool usage = true)
+      : std::runtime_error(what), show_usage(usage) {}
+  bool show_usage;
 };
 
 struct CPUAlloc {
@@ -130,6 +142,84 @@ void Flatten(const ffi::Any& v, std::vector<ffi::Tensor>* out) {
   }
 }
 
+// A copy of `t` on `dev` (through TVM's device API; a copy to the host synchronizes), or `t`
+// itself when it is there already.
+ffi::Tensor CopyTo(const ffi::Tensor& t, DLDevice dev) {
+  const DLTensor& d = *t.GetDLTensorPtr();
+  if (d.device.device_type == dev.device_type && d.device.device_id == dev.device_id) return t;
+  ffi::Tensor out;
+  ffi::ShapeView shape(d.shape, d.ndim);
+  if (dev.device_type == kDLCPU) {
+    out = ffi::Tensor::FromNDAlloc(CPUAlloc(), shape, d.dtype, dev);
+  } else {
+    static const ffi::Function alloc =
+        ffi::Function::GetGlobalRequired("runtime.TVMTensorAllocWithScope");
+    out = alloc(ffi::Shape(d.shape, d.shape + d.ndim), d.dtype, dev, ffi::Optional<ffi::String>())
+              .cast<ffi::Tensor>();
+  }
+  static const ffi::Function copy = ffi::Function::GetGlobalRequired("runtime.TVMTensorCopyFromTo");
+  copy(t, out);
+  if (dev.device_type == kDLCPU) {
+    static const ffi::Function sync = ffi::Function::GetGlobalRequired("runtime.Device_StreamSync");
+    sync(d.device, static_cast<int64_t>(0));
+  }
+  return out;
+}
+
+// Waits for the work queued on `dev`'s default stream (the VM's kernels and copies).
+void Sync(DLDevice dev) {
+  if (dev.device_type == kDLCPU) return;
+  static const ffi::Function sync = ffi::Function::GetGlobalRequired("runtime.Device_StreamSync");
+  sync(dev, static_cast<int64_t>(0));
+}
+
+std::string DeviceName(DLDevice dev) {
+  return dev.device_type == kDLCPU ? "cpu" : "cuda:" + std::to_string(dev.device_id);
+}
+
+// `cpu`, `cuda` or `cuda:N`.
+DLDevice ParseDevice(const std::string& s) {
+  if (s == "cpu") return DLDevice{kDLCPU, 0};
+  if (s == "cuda") return DLDevice{kDLCUDA, 0};
+  const std::string num = s.rfind("cuda:", 0) == 0 ? s.substr(5) : "";
+  if (num.empty() || num.size() > 4 || num.find_first_not_of("0123456789") != std::string::npos)
+    throw UsageError("bad --device '" + s + "' (cpu, cuda or cuda:N)");
+  return DLDevice{kDLCUDA, std::stoi(num)};
+}
+
+std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Loads TVM's CUDA runtime (the CUDA device API and the loader of the artifacts' CUDA
+// modules) and checks that `dev` exists: libtvm_runtime_cuda.so beside the
+// libtvm_runtime.so this process runs, else wherever dlopen finds it (LD_LIBRARY_PATH).
+void OpenCuda(DLDevice dev) {
+  std::string lib = "libtvm_runtime_cuda.so";
+  if (void* rt = dlopen("libtvm_runtime.so", RTLD_NOW | RTLD_NOLOAD)) {
+    struct link_map* lm = nullptr;
+    if (dlinfo(rt, RTLD_DI_LINKMAP, &lm) == 0 && lm != nullptr && lm->l_name != nullptr) {
+      std::string path = lm->l_name;
+      size_t slash = path.find_last_of('/');
+      std::string beside = (slash == std::string::npos ? "." : path.substr(0, slash)) + "/" + lib;
+      if (std::ifstream(beside).good()) lib = beside;
+    }
+    dlclose(rt);
+  }
+  if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* why = dlerror();
+    throw UsageError("no CUDA device: cannot load TVM's CUDA runtime: " +
+                     FirstLine(why ? why : lib), false);
+  }
+  static const ffi::Function attr = ffi::Function::GetGlobalRequired("runtime.GetDeviceAttr");
+  std::string why = "no such GPU, or no usable driver";
+  try {
+    constexpr int kExist = 0;
+    if (attr(static_cast<int>(kDLCUDA), dev.device_id, kExist).cast<int64_t>() != 0) return;
+  } catch (const ffi::Error& e) {
+    why = FirstLine(std::string(e.message()));
+  }
+  throw UsageError("no CUDA device: " + DeviceName(dev) + ": " + why, false);
+}
+
 bool FileExists(const std::string& p) { return std::ifstream(p).good(); }
 
 std::string ReadText(const std::string& path) {
@@ -140,16 +230,18 @@ std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
-// A function of an exported Relax library, on the CPU VM with the pooled allocator (what
-// tvm.relax.VirtualMachine(lib, tvm.cpu()) does).
+// A function of an exported Relax library on a VM of `dev` with pooled allocators (what
+// tvm.relax.VirtualMachine(lib, dev) does: on cuda the CPU follows as the host device).
+// It takes and gives host tensors: the inputs are copied to `dev`, the outputs back.
 struct VMFunction {
+  DLDevice dev;
   ffi::Module vm;
   ffi::Function fn;
 
-  VMFunction(const std::string& lib_path, const std::string& func)
-      : vm(LoadVM(lib_path)), fn(Get(vm, lib_path, func)) {}
+  VMFunction(const std::string& lib_path, const std::string& func, DLDevice dev_)
+      : dev(dev_), vm(LoadVM(lib_path, dev_)), fn(Get(vm, lib_path, func)) {}
 
-  static ffi::Module LoadVM(const std::string& lib_path) {
+  static ffi::Module LoadVM(const std::string& lib_path, DLDevice dev) {
     ffi::Module lib = ffi::Module::LoadFromFile(lib_path);
     ffi::Optional<ffi::Function> load = lib->GetFunction("vm_load_executable", true);
     if (!load) throw UsageError(lib_path + " has no vm_load_executable: not a Relax VM library");
@@ -157,8 +249,8 @@ struct VMFunction {
     constexpr int kPooledAllocator = 2;
     ffi::Optional<ffi::Function> init = vm->GetFunction("vm_initialization", false);
     if (!init) throw UsageError(lib_path + ": the VM has no vm_initialization");
-    (*init)(static_cast<int>(kDLCPU), 0, kPooledAllocator, static_cast<int>(kDLCPU), 0,
-            kPooledAllocator);
+    (*init)(static_cast<int>(dev.device_type), dev.device_id, kPooledAllocator,
+            static_cast<int>(kDLCPU), 0, kPooledAllocator);
     return vm;
   }
 
@@ -170,11 +262,14 @@ struct VMFunction {
   }
 
   std::vector<ffi::Tensor> operator()(const std::vector<ffi::Tensor>& in) const {
-    std::vector<ffi::AnyView> args(in.begin(), in.end());
+    std::vector<ffi::Tensor> on_dev;
+    for (const ffi::Tensor& t : in) on_dev.push_back(CopyTo(t, dev));
+    std::vector<ffi::AnyView> args(on_dev.begin(), on_dev.end());
     ffi::Any result;
     fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &result);
     std::vector<ffi::Tensor> out;
     Flatten(result, &out);
+    for (ffi::Tensor& t : out) t = CopyTo(t, DLDevice{kDLCPU, 0});
     return out;
   }
 };
@@ -189,6 +284,7 @@ struct Component {
   std::string name;
   std::vector<InputSpec> inputs;
   std::string f0n_input = "en";
+  std::string target_kind = "llvm";
   VMFunction* fn = nullptr;
 };
 
@@ -197,20 +293,46 @@ int64_t AsInt(const ffi::Any& v, const std::string& where) {
   throw UsageError(where + ": expected an integer");
 }
 
+ffi::Map<ffi::String, ffi::Any> ReadJsonObject(const std::string& path) {
+  ffi::String err;
+  ffi::json::Value v = ffi::json::Parse(ReadText(path), &err);
+  if (!err.empty()) throw UsageError(path + ": " + std::string(err));
+  auto obj = v.as<ffi::Map<ffi::String, ffi::Any>>();
+  if (!obj) throw UsageError(path + ": not a JSON object");
+  return *obj;
+}
+
+// The TVM target kind a report says its library was compiled for ("llvm" when it does not say).
+std::string TargetKind(const ffi::Map<ffi::String, ffi::Any>& report, const std::string& path) {
+  if (!report.count("target_kind")) return "llvm";
+  auto kind = report.at("target_kind").as<ffi::String>();
+  if (!kind) throw UsageError(path + ": \"target_kind\" is not a string");
+  return std::string(*kind);
+}
+
+// A library compiled for another device than `dev`: a one-line artifact error.
+void CheckTarget(const std::string& lib, const std::string& kind, DLDevice dev) {
+  const std::string want = dev.device_type == kDLCPU ? "llvm" : "cuda";
+  if (kind == want) return;
+  if (kind == "llvm" || kind == "cuda")
+    throw UsageError(lib + " was compiled for " + kind + ": run with --device " +
+                     (kind == "llvm" ? "cpu" : "cuda"), false);
+  throw UsageError(lib + " was compiled for " + kind + ": kokoro_tts runs llvm (--device cpu) "
+                   "and cuda (--device cuda) artifacts", false);
+}
+
 // {name}_report.json's input names, dtypes and static shapes (and f0n's input form).
 Component ReadReport(const std::string& dir, const std::string& name) {
   const std::string path = dir + "/" + name + "_report.json";
   if (!FileExists(path))
     throw UsageError("missing " + path + " (kokoro-lstm port-encoder writes it next to " +
                      name + "_compiled.so; it gives the static shapes)");
-  ffi::String err;
-  ffi::json::Value v = ffi::json::Parse(ReadText(path), &err);
-  if (!err.empty()) throw UsageError(path + ": " + std::string(err));
-  auto obj = v.as<ffi::Map<ffi::String, ffi::Any>>();
-  if (!obj || !obj->count("inputs")) throw UsageError(path + ": no \"inputs\"");
+  const ffi::Map<ffi::String, ffi::Any> obj = ReadJsonObject(path);
+  if (!obj.count("inputs")) throw UsageError(path + ": no \"inputs\"");
   Component c;
   c.name = name;
-  auto inputs = obj->at("inputs").as<ffi::Array<ffi::Any>>();
+  c.target_kind = TargetKind(obj, path);
+  auto inputs = obj.at("inputs").as<ffi::Array<ffi::Any>>();
   if (!inputs) throw UsageError(path + ": \"inputs\" is not a list");
   for (const ffi::Any& x : *inputs) {
     auto m = x.as<ffi::Map<ffi::String, ffi::Any>>();
@@ -224,8 +346,8 @@ Component ReadReport(const std::string& dir, const std::string& name) {
     for (const ffi::Any& d : *shape) s.shape.push_back(AsInt(d, path));
     c.inputs.push_back(s);
   }
-  if (obj->count("f0n_input")) {
-    if (auto s = obj->at("f0n_input").as<ffi::String>()) c.f0n_input = std::string(*s);
+  if (obj.count("f0n_input")) {
+    if (auto s = obj.at("f0n_input").as<ffi::String>()) c.f0n_input = std::string(*s);
   }
   return c;
 }
@@ -240,10 +362,12 @@ const InputSpec& Input(const Component& c, size_t i, const char* name, size_t nd
 struct Decoder {
   int64_t frames;
   std::string path;
+  std::string target_kind = "llvm";
 };
 
 // The decoder libraries of DIR: decoder_compiled_seq{F}.so, else decoder_compiled.so with
-// its frame count from decoder_report.json.
+// its frame count from decoder_report.json; target kinds from their reports
+// (decoder_seq{F}_report.json; a bucket without one counts as llvm).
 std::vector<Decoder> FindDecoders(const std::string& dir) {
   std::vector<Decoder> out;
   DIR* d = opendir(dir.c_str());
@@ -260,10 +384,14 @@ std::vector<Decoder> FindDecoders(const std::string& dir) {
     }
   }
   closedir(d);
+  for (Decoder& dec : out) {
+    const std::string report = dir + "/decoder_seq" + std::to_string(dec.frames) + "_report.json";
+    if (FileExists(report)) dec.target_kind = TargetKind(ReadJsonObject(report), report);
+  }
   if (out.empty() && FileExists(dir + "/decoder_compiled.so")) {
     Component c = ReadReport(dir, "decoder");
     const InputSpec& asr = Input(c, 0, "asr", 3);
-    out.push_back({asr.shape[2], dir + "/decoder_compiled.so"});
+    out.push_back({asr.shape[2], dir + "/decoder_compiled.so", c.target_kind});
   }
   if (out.empty())
     throw UsageError("no decoder in " + dir + " (decoder_compiled.so or "
@@ -387,18 +515,27 @@ struct Pipeline {
   std::map<int64_t, VMFunction> decoder_fns;
   std::vector<VMFunction> fns;  // bert, duration, f0n, text_encoder
   bool seeded = false;
+  DLDevice dev;
 
-  Pipeline(const std::string& dir, bool seeded_, bool with_decoder) : seeded(seeded_) {
+  // Every report is read and its target kind checked before any library loads.
+  Pipeline(const std::string& dir, bool seeded_, bool with_decoder, DLDevice dev_)
+      : seeded(seeded_), dev(dev_) {
     const char* names[4] = {"bert", "duration", "f0n", "text_encoder"};
     Component* comps[4] = {&bert, &duration, &f0n, &text};
     for (int i = 0; i < 4; ++i) {
       *comps[i] = ReadReport(dir, names[i]);
       const std::string lib = dir + "/" + names[i] + "_compiled.so";
       if (!FileExists(lib)) throw UsageError("missing " + lib + " (kokoro-lstm port-encoder)");
+      CheckTarget(lib, comps[i]->target_kind, dev);
+    }
+    if (with_decoder) {
+      decoders = FindDecoders(dir);
+      for (const Decoder& d : decoders) CheckTarget(d.path, d.target_kind, dev);
     }
     fns.reserve(4);
     for (int i = 0; i < 4; ++i)
-      fns.emplace_back(dir + "/" + names[i] + "_compiled.so", std::string(names[i]) + "_forward");
+      fns.emplace_back(dir + "/" + names[i] + "_compiled.so", std::string(names[i]) + "_forward",
+                       dev);
     for (int i = 0; i < 4; ++i) comps[i]->fn = &fns[i];
     Input(bert, 0, "input_ids", 2);
     Input(duration, 0, "d_en", 3);
@@ -411,7 +548,6 @@ struct Pipeline {
                          ": export them with the same --seq-len");
     } else
       Input(f0n, 0, "en", 3);
-    if (with_decoder) decoders = FindDecoders(dir);
   }
 
   int64_t TextLen() const { return text.inputs[0].shape[1]; }
@@ -429,8 +565,10 @@ struct Pipeline {
         if (it == decoder_fns.end())
           it = decoder_fns
                    .emplace(std::piecewise_construct, std::forward_as_tuple(d.frames),
-                            std::forward_as_tuple(d.path, seeded ? "decoder_forward_seeded"
-                                                                 : "decoder_forward"))
+                            std::forward_as_tuple(d.path,
+                                                  seeded ? "decoder_forward_seeded"
+                                                         : "decoder_forward",
+                                                  dev))
                    .first;
         return it->second;
       }
@@ -611,6 +749,7 @@ Result Synthesize(Pipeline& p, const std::vector<int64_t>& ids, const std::vecto
 const char* kUsage =
     "usage: kokoro_tts DIR --tokens IDS|@FILE --style FILE -o OUT.wav [--speed S] [--seed N]\n"
     "                  [--float] [--threads N] [--trace DIR] [--repeat N]\n"
+    "                  [--device cpu|cuda[:N]]\n"
     "       kokoro_tts DIR --tokens IDS|@FILE --style FILE --encoder-only --trace DIR ...\n";
 
 int Run(int argc, char** argv) {
@@ -619,6 +758,7 @@ int Run(int argc, char** argv) {
   float speed = 1.0f;
   bool as_float = false, has_seed = false, encoder_only = false;
   int64_t seed = 0, threads = 0, repeat = 0;
+  DLDevice dev{kDLCPU, 0};
   auto num = [](const std::string& flag, const char* v) {
     char* end = nullptr;
     errno = 0;
@@ -639,6 +779,7 @@ int Run(int argc, char** argv) {
     else if (a == "--style") style_path = v;
     else if (a == "-o" || a == "--output") out_path = v;
     else if (a == "--trace") trace_dir = v;
+    else if (a == "--device") dev = ParseDevice(v);
     else if (a == "--speed") speed = static_cast<float>(num(a, v));
     else if (a == "--seed") {
       double s = num(a, v);
@@ -671,7 +812,8 @@ int Run(int argc, char** argv) {
     setenv("TVM_NUM_THREADS", std::to_string(threads).c_str(), 1);
   }
 
-  Pipeline p(dir, has_seed, !encoder_only);
+  if (dev.device_type == kDLCUDA) OpenCuda(dev);  // before any artifact loads its CUDA module
+  Pipeline p(dir, has_seed, !encoder_only, dev);
   if (threads > 0) {
     static const ffi::Function config = ffi::Function::GetGlobalRequired("runtime.config_threadpool");
     config(0, static_cast<int>(threads));
@@ -683,8 +825,10 @@ int Run(int argc, char** argv) {
   std::vector<double> calls;
   Result r;
   for (int64_t k = 0; k < std::max<int64_t>(1, repeat); ++k) {
+    Sync(dev);
     auto t0 = std::chrono::steady_clock::now();
     r = Synthesize(p, ids, ref_s, speed, sp, k == 0 ? &trace : nullptr, encoder_only);
+    Sync(dev);
     calls.push_back(Ms(t0));
   }
   if (encoder_only) {
@@ -717,7 +861,7 @@ int main(int argc, char** argv) {
   try {
     return Run(argc, argv);
   } catch (const UsageError& e) {
-    std::cerr << "kokoro_tts: error: " << e.what() << "\n" << kUsage;
+    std::cerr << "kokoro_tts: error: " << e.what() << "\n" << (e.show_usage ? kUsage : "");
     return 2;
   } catch (const ffi::Error& e) {
     std::cerr << "kokoro_tts: error: " << e.kind() << ": " << e.message() << "\n";
