@@ -280,11 +280,17 @@ struct InputSpec {
   std::vector<int64_t> shape;
 };
 
+// What a report says its library was compiled for: "target_kind" ("llvm" when it does not
+// say) and, for cuda, "target_arch" (sm_XY or sm_XYa; "" when it does not say).
+struct Target {
+  std::string kind = "llvm", arch;
+};
+
 struct Component {
   std::string name;
   std::vector<InputSpec> inputs;
   std::string f0n_input = "en";
-  std::string target_kind = "llvm";
+  Target target;
   VMFunction* fn = nullptr;
 };
 
@@ -302,22 +308,55 @@ ffi::Map<ffi::String, ffi::Any> ReadJsonObject(const std::string& path) {
   return *obj;
 }
 
-// The TVM target kind a report says its library was compiled for ("llvm" when it does not say).
-std::string TargetKind(const ffi::Map<ffi::String, ffi::Any>& report, const std::string& path) {
-  if (!report.count("target_kind")) return "llvm";
-  auto kind = report.at("target_kind").as<ffi::String>();
-  if (!kind) throw UsageError(path + ": \"target_kind\" is not a string");
-  return std::string(*kind);
+Target ReadTarget(const ffi::Map<ffi::String, ffi::Any>& report, const std::string& path) {
+  Target t;
+  for (auto [key, field] : {std::pair{"target_kind", &t.kind}, std::pair{"target_arch", &t.arch}}) {
+    if (!report.count(key) || report.at(key) == nullptr) continue;
+    auto v = report.at(key).as<ffi::String>();
+    if (!v) throw UsageError(path + ": \"" + key + "\" is not a string");
+    *field = std::string(*v);
+  }
+  return t;
 }
 
-// A library compiled for another device than `dev`: a one-line artifact error.
-void CheckTarget(const std::string& lib, const std::string& kind, DLDevice dev) {
+// The GPU's architecture, sm_XY (TVM's kComputeVersion "X.Y").
+std::string GpuArch(DLDevice dev) {
+  static const ffi::Function attr = ffi::Function::GetGlobalRequired("runtime.GetDeviceAttr");
+  constexpr int kComputeVersion = 4;
+  std::string v = attr(static_cast<int>(kDLCUDA), dev.device_id, kComputeVersion).cast<ffi::String>();
+  v.erase(std::remove(v.begin(), v.end(), '.'), v.end());
+  return "sm_" + v;
+}
+
+// Whether cubin for `arch` loads on a GPU of `gpu` (sm_XY): sm_XYa only on XY itself, sm_XY
+// on the same major at minor Y or later.
+bool ArchRuns(const std::string& arch, const std::string& gpu) {
+  if (arch.size() < 5 || arch.compare(0, 3, "sm_") != 0) return true;  // unknown: let it try
+  const bool specific = arch.back() == 'a' || arch.back() == 'f';
+  const std::string num = specific ? arch.substr(3, arch.size() - 4) : arch.substr(3);
+  const std::string have = gpu.substr(3);
+  if (specific || num.size() != have.size()) return num == have;
+  return num[0] == have[0] && num.substr(1) <= have.substr(1);
+}
+
+// A library compiled for another device than `dev`, or for an architecture this GPU lacks:
+// a one-line artifact error.
+void CheckTarget(const std::string& lib, const Target& t, DLDevice dev) {
   const std::string want = dev.device_type == kDLCPU ? "llvm" : "cuda";
-  if (kind == want) return;
-  if (kind == "llvm" || kind == "cuda")
-    throw UsageError(lib + " was compiled for " + kind + ": run with --device " +
-                     (kind == "llvm" ? "cpu" : "cuda"), false);
-  throw UsageError(lib + " was compiled for " + kind + ": kokoro_tts runs llvm (--device cpu) "
+  if (t.kind == want) {
+    if (want == "cuda" && !t.arch.empty()) {
+      const std::string gpu = GpuArch(dev);
+      if (!ArchRuns(t.arch, gpu))
+        throw UsageError(lib + " was compiled for " + t.arch + ", which " + DeviceName(dev) +
+                         " (" + gpu + ") cannot run: port it again with --target \"cuda -arch=" +
+                         gpu + (gpu == "sm_90" ? "a" : "") + "\"", false);
+    }
+    return;
+  }
+  if (t.kind == "llvm" || t.kind == "cuda")
+    throw UsageError(lib + " was compiled for " + t.kind + ": run with --device " +
+                     (t.kind == "llvm" ? "cpu" : "cuda"), false);
+  throw UsageError(lib + " was compiled for " + t.kind + ": kokoro_tts runs llvm (--device cpu) "
                    "and cuda (--device cuda) artifacts", false);
 }
 
@@ -331,7 +370,7 @@ Component ReadReport(const std::string& dir, const std::string& name) {
   if (!obj.count("inputs")) throw UsageError(path + ": no \"inputs\"");
   Component c;
   c.name = name;
-  c.target_kind = TargetKind(obj, path);
+  c.target = ReadTarget(obj, path);
   auto inputs = obj.at("inputs").as<ffi::Array<ffi::Any>>();
   if (!inputs) throw UsageError(path + ": \"inputs\" is not a list");
   for (const ffi::Any& x : *inputs) {
@@ -362,7 +401,7 @@ const InputSpec& Input(const Component& c, size_t i, const char* name, size_t nd
 struct Decoder {
   int64_t frames;
   std::string path;
-  std::string target_kind = "llvm";
+  Target target;
 };
 
 // The decoder libraries of DIR: decoder_compiled_seq{F}.so, else decoder_compiled.so with
@@ -380,18 +419,18 @@ std::vector<Decoder> FindDecoders(const std::string& dir) {
       std::string num = n.substr(pre.size(), n.size() - pre.size() - suf.size());
       if (!num.empty() && num.find_first_not_of("0123456789") == std::string::npos &&
           num.size() < 9)
-        out.push_back({std::stoll(num), dir + "/" + n});
+        out.push_back({std::stoll(num), dir + "/" + n, Target{}});
     }
   }
   closedir(d);
   for (Decoder& dec : out) {
     const std::string report = dir + "/decoder_seq" + std::to_string(dec.frames) + "_report.json";
-    if (FileExists(report)) dec.target_kind = TargetKind(ReadJsonObject(report), report);
+    if (FileExists(report)) dec.target = ReadTarget(ReadJsonObject(report), report);
   }
   if (out.empty() && FileExists(dir + "/decoder_compiled.so")) {
     Component c = ReadReport(dir, "decoder");
     const InputSpec& asr = Input(c, 0, "asr", 3);
-    out.push_back({asr.shape[2], dir + "/decoder_compiled.so", c.target_kind});
+    out.push_back({asr.shape[2], dir + "/decoder_compiled.so", c.target});
   }
   if (out.empty())
     throw UsageError("no decoder in " + dir + " (decoder_compiled.so or "
@@ -526,11 +565,11 @@ struct Pipeline {
       *comps[i] = ReadReport(dir, names[i]);
       const std::string lib = dir + "/" + names[i] + "_compiled.so";
       if (!FileExists(lib)) throw UsageError("missing " + lib + " (kokoro-lstm port-encoder)");
-      CheckTarget(lib, comps[i]->target_kind, dev);
+      CheckTarget(lib, comps[i]->target, dev);
     }
     if (with_decoder) {
       decoders = FindDecoders(dir);
-      for (const Decoder& d : decoders) CheckTarget(d.path, d.target_kind, dev);
+      for (const Decoder& d : decoders) CheckTarget(d.path, d.target, dev);
     }
     fns.reserve(4);
     for (int i = 0; i < 4; ++i)

@@ -61,6 +61,28 @@ def kmodel(weights=None, seed=0, frames_per_token=3, jitter=0.0, disable_complex
     return m
 
 
+def compressible_weights(model, seed=0, min_numel=1 << 16):
+    """The model's large weights (at least ``min_numel`` elements) made compressible: row
+    o of each is one random row rolled by o, with values in {-1.5, -0.5, 0.5, 1.5} times
+    the weight's own standard deviation, and each weight-normed layer's gains set to
+    their mean, so every row has the same norm. Exported weights (weight norm folded)
+    then xz-compress to a few MB, small enough to carry to a GPU machine; the model
+    still mixes every input. The duration head (under ``min_numel``) keeps its settings."""
+    g = torch.Generator().manual_seed(seed)
+    levels = torch.tensor([-1.5, -0.5, 0.5, 1.5])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.numel() >= min_numel:
+                rows = p.reshape(p.shape[0], -1) if p.dim() > 1 else p.reshape(1, -1)
+                u = levels[torch.randint(0, 4, (rows.shape[1],), generator=g)] * float(p.std())
+                for o in range(rows.shape[0]):
+                    rows[o] = torch.roll(u, o)
+        for m in model.modules():
+            if hasattr(m, "weight_g"):
+                m.weight_g.fill_(float(m.weight_g.mean()))
+    return model
+
+
 def save(model, path):
     """The model's weights as Kokoro's .pth (one state dict per top-level module)."""
     keys = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
