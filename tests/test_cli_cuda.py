@@ -112,3 +112,10 @@ def test_cuda_target_without_nvcc(tmp_path, capsys, monkeypatch):
         assert rc == 2 and "pip install nvidia-cuda-nvcc" in err, err
         assert len(err.strip().splitlines()) == 1, err
     assert not os.listdir(tmp_path)
+
+
+def test_arch_compatibility():
+    assert _cuda.arch_runs("sm_90a", "sm_90a") and _cuda.arch_runs("sm_90", "sm_90a")
+    assert not _cuda.arch_runs("sm_90a", "sm_100a") and not _cuda.arch_runs("sm_90a", "sm_80")
+    assert _cuda.arch_runs("sm_80", "sm_86") and not _cuda.arch_runs("sm_86", "sm_80")
+    assert not _cuda.arch_runs("sm_80", "sm_90a") and _cuda.arch_runs("sm_100", "sm_103")

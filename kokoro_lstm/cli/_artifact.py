@@ -131,13 +131,22 @@ def _sync(result, dev):
 
 
 def run_device(opts):
-    """The TVM device a library built for ``opts["target"]`` runs on here: the CPU, the
-    first GPU, or None for a cuda target on a machine without one."""
+    """(the TVM device a library built for ``opts["target"]`` runs on here, None) -- the
+    CPU or the first GPU -- or (None, why) for a cuda target where no GPU here runs it."""
     import tvm
 
     from kokoro_lstm.tvm import _cuda
 
-    return _cuda.device() if _cuda.is_cuda(opts["target"]) else tvm.cpu()
+    if not _cuda.is_cuda(opts["target"]):
+        return tvm.cpu(), None
+    dev, arch, gpu = _cuda.device(), _cuda.target_arch(opts["target"]), _cuda.local_arch()
+    if dev is None:
+        return None, NO_GPU
+    if arch and gpu and not _cuda.arch_runs(arch, gpu):
+        return None, (f"the GPU here is {gpu}, which cannot run {arch} kernels: the library is "
+                      f"written but not run, timed or validated (run it on an {arch} GPU, or "
+                      f"port with --target \"cuda -arch={gpu}\")")
+    return dev, None
 
 
 def target_fields(opts, ex):

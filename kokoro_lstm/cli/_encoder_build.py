@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from ._artifact import (NO_GPU, Staging, _as_list, _compare, _nan_both, _rename_main, _sync,
+from ._artifact import (Staging, _as_list, _compare, _nan_both, _rename_main, _sync,
                         _time_ms, _to_tvm, _versions, build_executable, run_device,
                         target_fields, write_report)
 
@@ -105,14 +105,14 @@ def _port_method_staged(comp, method, out_dir, opts, progress, staging):
     with open(tmp["ir"], "w", encoding="utf-8") as f:
         f.write(script)
     ex = _build(mod, tmp, opts, progress, tag, times, staging)
-    dev = run_device(opts)
-    if dev is None:  # a cuda library where no GPU is: written, described, not run
-        progress.note(tag, NO_GPU)
+    dev, why_not = run_device(opts)
+    if dev is None:  # a cuda library where no GPU here runs it: written, described, not run
+        progress.note(tag, why_not)
         report = _report(comp, method, resolved, opts, [comp.eager(comp.inputs[0])], mod, ex,
                          rewrites, lstm_ops, cuts, applied, ir, times, files)
         report["torch_eager_ms"] = comp.torch_ms()
         if opts["validate"]:
-            report["validation"] = {"skipped": NO_GPU, "passed": None}
+            report["validation"] = {"skipped": why_not, "passed": None}
         report["times_s"] = dict(comp.times, **times)
         write_report(tmp["report"], report)
         return report

@@ -42,7 +42,7 @@ import time
 from ._args import (DEFAULT_TOL, _check_target, _Parser, _require_deps, add_common_arguments,
                     DENSE_HELP, TARGET_HELP, check_num_threads, check_seed, check_thread_env,
                     check_writable_dir, default_dense_method)
-from ._artifact import (NO_GPU, Staging, _compare, _nan_both, _rename_main, _sync, _time_ms,
+from ._artifact import (Staging, _compare, _nan_both, _rename_main, _sync, _time_ms,
                         _versions, build_executable, run_device, target_fields, write_report)
 from ._command import _Progress, _threads, port_main, run_reports
 from ._components import UsageError
@@ -262,9 +262,9 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
         ex = build_executable(mod, opts)
     with progress.step(tag, "export library", times, "export_library_s"):
         staging.export_library(ex, tmp["library"])
-    dev = run_device(opts)
-    if dev is None:  # a cuda library where no GPU is: written, described, not run
-        progress.note(tag, NO_GPU)
+    dev, why_not = run_device(opts)
+    if dev is None:  # a cuda library where no GPU here runs it: written, described, not run
+        progress.note(tag, why_not)
         with torch.no_grad():
             audio = part(*inputs, seed_t).numpy()
         runtime_ms = None
@@ -309,7 +309,7 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
         "versions": _versions(),
     }
     if opts["validate"] and dev is None:
-        report["validation"] = {"skipped": NO_GPU, "passed": None}
+        report["validation"] = {"skipped": why_not, "passed": None}
     elif opts["validate"]:
         with progress.step(tag, "validate", times, "validate_s"), torch.no_grad():
             want = part(*inputs, seed_t).numpy()

@@ -88,6 +88,18 @@ def local_arch():
     return arch + "a" if major.value == 9 else arch
 
 
+def arch_runs(arch, gpu) -> bool:
+    """Whether cubin for ``arch`` loads on a GPU of ``gpu`` (both ``sm_XY[a]``): an
+    ``a`` (or ``f``) architecture only on itself, a plain one on the same major at that
+    minor or later."""
+    def split(a):
+        digits = a[3:].rstrip("af")
+        return int(digits[:-1]), int(digits[-1]), a[3:] != digits
+
+    (m, n, specific), (gm, gn, _) = split(arch), split(gpu)
+    return (m, n) == (gm, gn) if specific else (m == gm and n <= gn)
+
+
 def _cudart():
     for root in __import__("nvidia").__path__:
         for sub in ("cu13/lib", "cuda_runtime/lib"):
