@@ -56,7 +56,7 @@ CUDA_SOURCES = ["src/cuda/params.cuh", "src/cuda/common.cuh", "src/cuda/gemm.cu"
 # module per device serves every draw (src/cuda/random.c)
 CUDA_RANDOM_SOURCES = ["src/cuda/random.cu"]
 CUDA_EMBED = "src/cuda/gen/kl_cuda_src.h"
-BINDING_SOURCES = ["src/python/module.c", "src/python/glue.c"]
+BINDING_SOURCES = ["src/python/module.c", "src/python/noise.c", "src/python/glue.c"]
 # registers the tvm-ffi functions when an exported TVM library is loaded: in
 # lib/kokoro_lstm_tvm.o only
 AUTOREG_SOURCE = "src/tvm/kl_tvm_autoreg.c"
