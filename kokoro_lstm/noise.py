@@ -4,7 +4,7 @@ Every draw is named by ``(seed, stream)``: element ``i`` of a draw depends only 
 ``(seed, stream, i)`` (Philox4x32-10 in the C engine, src/ops/random.h), so the numbers
 are the same for any thread count, in NumPy, in PyTorch (``torch.ops.kokoro.random_uniform``
 / ``random_normal``, registered by :mod:`kokoro_lstm.torch_ops`) and in a compiled TVM
-artifact (``kokoro_lstm.random_v1``). Uniform values are multiples of 2^-24 in [0, 1);
+artifact (``kokoro_lstm.random_v1``), on the CPU or on a CUDA device (src/cuda/random.cu). Uniform values are multiples of 2^-24 in [0, 1);
 normal values come from Box-Muller and are finite.
 
 * :func:`uniform` / :func:`normal`: a float32 array of the draw, in row-major order.
@@ -98,9 +98,11 @@ def _seed_tensor(seed):
     import torch
 
     if isinstance(seed, torch.Tensor):
-        if seed.dtype != torch.int64 or tuple(seed.shape) != (1,) or seed.device.type != "cpu":
-            raise ValueError(f"counter_noise: a seed tensor must be int64 of shape [1] on the CPU, "
-                             f"got {seed.dtype} {tuple(seed.shape)} on {seed.device}")
+        if (seed.dtype != torch.int64 or tuple(seed.shape) != (1,)
+                or seed.device.type not in ("cpu", "cuda")):
+            raise ValueError(f"counter_noise: a seed tensor must be int64 of shape [1] on the CPU "
+                             f"or a CUDA device, got {seed.dtype} {tuple(seed.shape)} on "
+                             f"{seed.device}")
         return seed
     return torch.tensor([_check_seed(seed)], dtype=torch.int64)
 
@@ -157,7 +159,8 @@ def counter_noise(model, seed):
     the module docstring): the same seed gives the same audio in eager PyTorch and in
     an artifact compiled from an export made inside the block. ``seed``: an int, or an
     int64 tensor of shape [1] on the CPU (pass it as an input of the exported call to
-    make it a graph input under ``torch.export(strict=False)``). Raises ValueError
+    make it a graph input under ``torch.export(strict=False)``) or on the model's CUDA
+    device (the draws are then made there, the same numbers). Raises ValueError
     when ``model`` has no such module, or a SineGen with ``flag_for_pulse`` set."""
     import types
 

@@ -1,10 +1,13 @@
-"""The CUDA backend: kl_lstm_forward on CUDA tensors.
+"""The CUDA backend: kl_lstm_forward on CUDA tensors, and the counter-based noise
+kernel (src/cuda/random.cu).
 
-Everywhere (CI included): the kernels compile with NVRTC for sm_80 and sm_90a.
+Everywhere (CI included): the kernels (the noise kernel's program too) compile with
+NVRTC for sm_80 and sm_90a; the noise entries' errors before a driver is needed.
 On a machine with a GPU (`make test-gpu`, run on the lent H100; the log is
 committed under tests/gpu/): every semantics case against the float64 oracle and
 the CPU engine, both recurrence paths, lengths, NaN, bad input, two streams at
-once, CUDA graph capture, and the torch ops / patched nn.LSTM on CUDA.
+once, CUDA graph capture, and the torch ops / patched nn.LSTM on CUDA; the noise
+draws bit for bit the CPU's, on a side stream and replayed from a CUDA graph.
 """
 import ctypes
 import os
@@ -15,7 +18,7 @@ import pytest
 
 import kokoro_lstm
 from kokoro_lstm import _core, reference
-from conftest import REQUIRE
+from conftest import REQUIRE, require
 
 
 def _nvrtc_path():
@@ -25,6 +28,8 @@ def _nvrtc_path():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile(arch):
+    """Every LSTM module the engine builds, then the noise kernel's program (random.cu,
+    with its own options: no contraction, no flush to zero)."""
     if not _nvrtc_path() and not REQUIRE:
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc)")
     _core.cuda_compile_check(arch)
@@ -69,12 +74,13 @@ class _DLManaged(ctypes.Structure):
 _keep = []
 
 
-def _fake_cuda(shape, device_type=2):
-    """A DLPack capsule of a float32 tensor said to be on CUDA device 0, whose data is
-    never read: validation and the driver lookup come first."""
+def _fake_cuda(shape, device_type=2, code=2, bits=32):
+    """A DLPack capsule of a tensor (float32 unless code, bits say otherwise) said to be
+    on CUDA device 0, whose data is never read: validation and the driver lookup come
+    first."""
     dims = (ctypes.c_int64 * len(shape))(*shape)
     data = 0x10000000 + len(_keep) * 0x1000000  # apart: outputs must not overlap inputs
-    m = _DLManaged(_DLTensor(data, _DLDevice(device_type, 0), len(shape), 2, 32, 1, dims,
+    m = _DLManaged(_DLTensor(data, _DLDevice(device_type, 0), len(shape), code, bits, 1, dims,
                              None, 0), None, None)
     _keep.append((dims, m))
     new = ctypes.pythonapi.PyCapsule_New
@@ -107,7 +113,59 @@ def test_cuda_errors_without_a_gpu():
     assert np.isfinite(y).all()
 
 
+def _no_driver_here():
+    return not (os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia"))
+
+
+def test_random_cuda_errors_without_a_gpu():
+    """random_fill_cuda refuses bad arguments before it needs a driver, and says what
+    is missing where there is none."""
+    y = 0x10000000  # never written: every call below fails first
+    for args, match in (((2, y, 0, 8, y, 0, 0), "dist"), ((0, y, 0, -1, y, 0, 0), "n <= 2"),
+                        ((0, y, 0, 8, 0, 0, 0), "output in device memory"),
+                        ((0, y, 0, 8, y, -1, 0), "device_id"), ((0, 0, 0, 8, y, 0, 0), "seed")):
+        with pytest.raises(ValueError, match=match):
+            _core.random_fill_cuda(*args)
+    with pytest.raises(ValueError, match="stream must be >= 0"):
+        _core.random_fill_cuda(0, y, -1, 8, y, 0, 0)
+    _core.random_fill_cuda(0, 0, 0, 0, 0, 0, 0)  # nothing to draw: nothing touched
+    if not _no_driver_here():
+        pytest.skip("a GPU driver is present: the no-driver message cannot be seen here")
+    with pytest.raises(RuntimeError, match="libcuda.so.1"):
+        _core.random_fill_cuda(1, y, 0, 8, y + 64, 0, 0)
+
+
 torch = pytest.importorskip("torch") if not REQUIRE else __import__("torch")
+
+
+def test_tvm_random_on_cuda_tensors_errors():
+    """random_v1 takes y on the CPU or a CUDA device with the seed beside it, and
+    fresh_seed_v1 (which writes on the host) only a CPU seed: clear ValueErrors."""
+    tvm_ffi = require("tvm_ffi")
+    require("tvm")
+    import kokoro_lstm.tvm  # noqa: F401  (registers the engine's functions)
+    from kokoro_lstm.tvm import _noise
+
+    rnd = tvm_ffi.get_global_func(_noise.RANDOM_FUNC)
+    cfg = tvm_ffi.Shape(list(_noise.RandomConfig(dist=1, stream=3)))
+    cpu_seed, cpu_y = tvm_ffi.from_dlpack(torch.tensor([3])), tvm_ffi.from_dlpack(torch.zeros(5))
+
+    def cuda(shape, code=2, bits=32, device_type=2):
+        return tvm_ffi.from_dlpack(_fake_cuda(shape, device_type, code, bits))
+    with pytest.raises(ValueError, match=r"seed must be on y's device cuda:0, got device type 1"):
+        rnd(cfg, cpu_seed, cuda((10,)))
+    with pytest.raises(ValueError, match="seed must be a CPU tensor like y, got device type 2"):
+        rnd(cfg, cuda((1,), 0, 64), cpu_y)
+    with pytest.raises(ValueError, match="y must be on the CPU or a CUDA device, got device type 8"):
+        rnd(cfg, cuda((1,), 0, 64, 8), cuda((10,), device_type=8))
+    with pytest.raises(ValueError, match="one element"):
+        rnd(cfg, cuda((2,), 0, 64), cuda((10,)))
+    fresh = tvm_ffi.get_global_func(_noise.FRESH_SEED_FUNC)
+    with pytest.raises(ValueError, match="CPU tensor .the seed is written from the host"):
+        fresh(cuda((1,), 0, 64))
+    if _no_driver_here():
+        with pytest.raises(RuntimeError, match="libcuda.so.1"):
+            rnd(cfg, cuda((1,), 0, 64), cuda((10,)))
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 PATHS = ["cluster", "cluster-barrier", "step"]
 
@@ -602,3 +660,93 @@ def test_activations_within_5e7(path):
         assert np.array_equal(np.isnan(got), np.isnan(want))
         ok = ~np.isnan(want)
         assert np.abs(got[ok] - want[ok]).max() <= 5e-7
+
+
+# -- counter-based noise on the GPU (src/cuda/random.cu) --------------------------------
+RANDOM_SIZES = [1, 3, 4, 5, 1000, (1 << 20) + 3]
+
+
+def _bits(t):
+    """A float32 tensor's bits (on the CPU): equal bits, not equal values (-0.0, NaN)."""
+    return t.detach().cpu().contiguous().view(torch.int32)
+
+
+@gpu
+@pytest.mark.parametrize("seed", [0, -1, 2 ** 63 - 1, -2 ** 63, 0x243F6A8885A308D3])
+@pytest.mark.parametrize("stream", [0, 7])
+@pytest.mark.parametrize("dist", ["uniform", "normal"])
+def test_random_cuda_is_the_cpu_draw(dist, stream, seed):
+    """kokoro::random_* with a CUDA seed draw on the device, bit for bit the CPU's."""
+    from kokoro_lstm import torch_ops as ko
+
+    op = ko.random_uniform if dist == "uniform" else ko.random_normal
+    seed_t = torch.tensor([seed], dtype=torch.int64, device="cuda")
+    for n in RANDOM_SIZES:
+        got = op(seed_t, [n], stream)
+        want = op(seed_t.cpu(), [n], stream)
+        assert got.is_cuda and got.dtype == torch.float32 and got.shape == (n,)
+        assert torch.equal(_bits(got), _bits(want)), (n, int((_bits(got) != _bits(want)).sum()))
+        assert torch.isfinite(got).all()
+    got = op(seed_t, [3, 5, 7], stream)  # any shape: the draw in row-major order
+    assert torch.equal(_bits(got), _bits(op(seed_t.cpu(), [105], stream).view(3, 5, 7)))
+
+
+@gpu
+def test_random_cuda_writes_only_its_elements():
+    """random_fill_cuda on a slice of a buffer: every element of the slice written, none
+    outside it (sentinels on both sides), at an offset that is not 16-byte aligned."""
+    from kokoro_lstm import noise
+
+    for n in (1, 2, 3, 4, 5, 4097):
+        buf = torch.full((n + 64,), float("nan"), device="cuda")
+        seed = torch.tensor([11], device="cuda")
+        _core.random_fill_cuda(1, seed.data_ptr(), 4, n, buf[33:].data_ptr(), buf.device.index,
+                               torch.cuda.current_stream().cuda_stream)
+        got = buf.cpu()
+        assert torch.isnan(got[:33]).all() and torch.isnan(got[33 + n:]).all()
+        assert torch.equal(_bits(got[33:33 + n]), _bits(torch.from_numpy(noise.normal(n, 11, 4))))
+
+
+@gpu
+def test_random_cuda_runs_on_the_current_stream():
+    """The draw is queued on torch's current stream: it reads the seed written just before
+    on that stream, behind a long kernel, with no host synchronization between."""
+    from kokoro_lstm import torch_ops as ko
+
+    seed = torch.tensor([0], device="cuda")
+    ko.random_normal(seed, [8], 1)  # warm: the kernel built
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)
+        seed.fill_(12345)
+        got = ko.random_normal(seed, [100_003], 1)
+    side.synchronize()
+    assert torch.equal(_bits(got), _bits(ko.random_normal(torch.tensor([12345]), [100_003], 1)))
+
+
+@gpu
+def test_random_cuda_graph_capture_and_replay():
+    """Captured once after a warm-up (as TVM's Relax CUDA graphs do), a replay draws with
+    the value the seed tensor holds then."""
+    from kokoro_lstm import torch_ops as ko
+
+    seed = torch.tensor([1], device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ko.random_uniform(seed, [10], 0)  # warm
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        u = ko.random_uniform(seed, [777], 0)
+        z = ko.random_normal(seed, [4, 1001], 2)
+    for v in (5, -7, 2 ** 63 - 1, 0):
+        seed.fill_(v)
+        u.fill_(float("nan"))
+        z.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        cpu = torch.tensor([v])
+        assert torch.equal(_bits(u), _bits(ko.random_uniform(cpu, [777], 0)))
+        assert torch.equal(_bits(z), _bits(ko.random_normal(cpu, [4, 1001], 2)))

@@ -1,6 +1,6 @@
 """A few small CUDA calls over the recurrence paths (the cluster path with both
-exchanges), for compute-sanitizer (memcheck, racecheck, synccheck): `make test-gpu`
-runs it under each tool."""
+exchanges) and the noise kernel, for compute-sanitizer (memcheck, racecheck,
+synccheck): `make test-gpu` runs it under each tool."""
 import os
 import sys
 
@@ -43,4 +43,12 @@ for path, exchange in (("cluster", "mbarrier"), ("cluster", "barrier"), ("step",
     run(8, 32, 1, 1, 0, 40, 4, True)
 os.environ["KOKORO_LSTM_CUDA_RECURRENCE"] = "step"
 run(10, 24, 2, 2, 12, 4, 5, True)
+print("== noise", flush=True)
+seed = torch.tensor([7], device="cuda")
+for dist in (0, 1):
+    for n in (1, 5, 4099):  # whole and partial Philox blocks
+        out = torch.empty(n, device="cuda")
+        _core.random_fill_cuda(dist, seed.data_ptr(), 3, n, out.data_ptr(), out.device.index,
+                               torch.cuda.current_stream().cuda_stream)
+torch.cuda.synchronize()
 print("cuda_smoke: ok")

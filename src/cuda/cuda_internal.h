@@ -23,6 +23,10 @@ kl_status kl_cu_fail(CUresult r, const char* fmt, ...) __attribute__((format(pri
     if (kl_cu_r_) return kl_cu_fail(kl_cu_r_, __VA_ARGS__); \
   } while (0)
 
+/* The programs the backend compiles (module.c): the LSTM's kernels (CUDA_SOURCES, built
+ * per shape with kernels.def's -D options) and the noise kernel (random.c). */
+enum { KL_CUDA_PROGRAM_LSTM, KL_CUDA_PROGRAM_RANDOM, KL_CUDA_NPROGRAMS };
+
 /* The kernels of one module (kernels.def), and launch facts kept for the next
  * calls (atomics; 0 = not yet known). */
 typedef struct kl_cuda_kernels {
@@ -38,9 +42,13 @@ typedef struct kl_cuda_kernels {
  * process, then on disk); the device's context is current. cluster is NULL
  * below sm_90 or without KL_C. NULL and the error on failure. */
 kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int ndefines);
-/* Compiles the kernels for arch ("sm_80", "sm_90a", ...) with these options,
- * nothing loaded: KL_OK, or KL_ERR_DEVICE and the compiler's log as the error. */
-kl_status kl_cuda_compile_only(const char* arch, const char* const* defines, int ndefines);
+/* Program `program` built for the device with these -D options and loaded, from the
+ * disk cache or NVRTC; the caller keeps it (no process cache). The device's context
+ * is current. NULL and the error on failure. */
+CUmodule kl_cuda_load(int program, CUdevice dev, const char* const* defines, int ndefines);
+/* Compiles a program for arch ("sm_80", "sm_90a", ...) with these options, nothing
+ * loaded: KL_OK, or KL_ERR_DEVICE and the compiler's log as the error. */
+kl_status kl_cuda_compile_only(int program, const char* arch, const char* const* defines, int ndefines);
 
 /* device.c: a device's context and facts (kept for the process). */
 typedef struct kl_cuda_device {

@@ -1,5 +1,6 @@
 /* The engine's CUDA backend, as the core sees it (its row of backend.c): validated
- * calls on kDLCUDA tensors. Everything CUDA is found at run time (module.c); a
+ * calls on kDLCUDA tensors; and the noise kernel, which the fronts call directly
+ * (kl_tvm_random.c, the Python binding). Everything CUDA is found at run time (module.c); a
  * build without CUDA still has these functions, which then fail with a message
  * naming what is missing. */
 #ifndef KL_CUDA_H
@@ -17,6 +18,13 @@ kl_status kl_cuda_lstm_forward(const kl_call* c);
 kl_status kl_cuda_read_int64(int device_id, void* stream, const int64_t* src, size_t count, int64_t* dst);
 /* 1 while the stream is being captured into a CUDA graph, else 0 (errors too). */
 int kl_cuda_stream_capturing(int device_id, void* stream);
+/* Elements 0..n-1 of the draw (*seed, stream) of dist (src/ops/random.h, the same
+ * bits as kl_f32_random) into y on device_id, on the stream (asynchronously): seed is
+ * one int64 in that device's memory, read by the kernel when it runs. The first call
+ * on a device builds the kernel; later ones allocate nothing and do not synchronize,
+ * so they can be captured in a CUDA graph (a replay draws with the seed's value then). */
+kl_status kl_cuda_random(int dist, const int64_t* seed, uint64_t stream, int64_t n, float* y, int device_id,
+                         void* cu_stream);
 /* Frees the work buffers of every device. */
 void kl_cuda_clear(void);
 

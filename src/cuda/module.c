@@ -1,5 +1,6 @@
-/* The kernels of CUDA_SOURCES (embedded as source at build time) compiled for the
- * device with NVRTC, cached per process and on disk; and the compile check. */
+/* The programs of kl_build.py (CUDA_SOURCES: the LSTM's kernels, CUDA_RANDOM_SOURCES:
+ * the noise kernel; embedded as source at build time) compiled for the device with
+ * NVRTC, cached per process and on disk; and the compile check. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +16,26 @@
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The noise kernel must give the C engine's bits: no contracted multiply-add, no
+ * flush to zero, IEEE division and square root (all but the first are NVRTC's
+ * defaults, stated so that they stay). */
+static const char* const RANDOM_OPTIONS[] = {"--fmad=false", "--ftz=false", "--prec-div=true",
+                                             "--prec-sqrt=true"};
+
+/* Each program's text (kl_cuda_src.h), the name NVRTC's log shows, its own options. */
+static const struct {
+  const unsigned char* text;
+  size_t size;
+  const char* name;
+  const char* const* options;
+  int noptions;
+} PROGRAMS[] = {
+    [KL_CUDA_PROGRAM_LSTM] = {kl_cuda_source_bytes, sizeof(kl_cuda_source_bytes), "kokoro_lstm.cu", NULL, 0},
+    [KL_CUDA_PROGRAM_RANDOM] = {kl_cuda_random_source_bytes, sizeof(kl_cuda_random_source_bytes),
+                                "kokoro_lstm_random.cu", RANDOM_OPTIONS,
+                                (int)(sizeof(RANDOM_OPTIONS) / sizeof(RANDOM_OPTIONS[0]))},
+};
+
 /* ---- compile ---------------------------------------------------------------------- */
 
 /* The compiler's log after a failed compile (malloc'd, or NULL). */
@@ -27,16 +48,17 @@ static char* compile_log(const kl_nvrtc_api* nv, nvrtcProgram prog) {
 }
 
 /* The image for one architecture: cubin when sass, else PTX. malloc'd; NULL and the error. */
-static void* compile(const kl_nvrtc_api* nv, const char* arch_opt, int sass, const char* const* defines,
-                     int ndefines, size_t* size) {
+static void* compile(const kl_nvrtc_api* nv, int program, const char* arch_opt, int sass,
+                     const char* const* defines, int ndefines, size_t* size) {
   const char* opts[48];
   int no = 0;
   opts[no++] = arch_opt;
   opts[no++] = "--std=c++17";
   opts[no++] = "-default-device";
+  for (int i = 0; i < PROGRAMS[program].noptions; i++) opts[no++] = PROGRAMS[program].options[i];
   for (int i = 0; i < ndefines && no < 48; i++) opts[no++] = defines[i];
   nvrtcProgram prog = NULL;
-  int r = nv->CreateProgram(&prog, kl_cuda_source, "kokoro_lstm.cu", 0, NULL, NULL);
+  int r = nv->CreateProgram(&prog, (const char*)PROGRAMS[program].text, PROGRAMS[program].name, 0, NULL, NULL);
   if (r) {
     kl_errorf(KL_ERR_DEVICE, "nvrtcCreateProgram: %s", nv->GetErrorString(r));
     return NULL;
@@ -45,8 +67,8 @@ static void* compile(const kl_nvrtc_api* nv, const char* arch_opt, int sass, con
   r = nv->CompileProgram(prog, no, opts);
   if (r) {
     char* log = compile_log(nv, prog);
-    kl_errorf(KL_ERR_DEVICE, "NVRTC could not compile the kernels (%s, %s): %s", arch_opt, nv->GetErrorString(r),
-              log ? log : "(no log)");
+    kl_errorf(KL_ERR_DEVICE, "NVRTC could not compile the kernels of %s (%s, %s): %s", PROGRAMS[program].name,
+              arch_opt, nv->GetErrorString(r), log ? log : "(no log)");
     free(log);
   } else if (sass ? nv->GetCUBINSize(prog, size) : nv->GetPTXSize(prog, size)) {
     kl_errorf(KL_ERR_DEVICE, "NVRTC gave no %s", sass ? "cubin" : "PTX");
@@ -61,13 +83,13 @@ static void* compile(const kl_nvrtc_api* nv, const char* arch_opt, int sass, con
   return image;
 }
 
-kl_status kl_cuda_compile_only(const char* arch, const char* const* defines, int ndefines) {
+kl_status kl_cuda_compile_only(int program, const char* arch, const char* const* defines, int ndefines) {
   const kl_nvrtc_api* nv = kl_nvrtc();
   if (!nv) return KL_ERR_DEVICE;
   char opt[64];
   snprintf(opt, sizeof(opt), "--gpu-architecture=%s", arch);
   size_t size = 0;
-  void* image = compile(nv, opt, strncmp(arch, "sm_", 3) == 0, defines, ndefines, &size);
+  void* image = compile(nv, program, opt, strncmp(arch, "sm_", 3) == 0, defines, ndefines, &size);
   free(image);
   return image ? KL_OK : KL_ERR_DEVICE;
 }
@@ -75,7 +97,8 @@ kl_status kl_cuda_compile_only(const char* arch, const char* const* defines, int
 /* The calls whose modules the compile check builds: every kernel and option the
  * engine uses, the step path (with and without a projection, lengths, rounded
  * weights) everywhere, the cluster path (each exchange, one and many rows per
- * cluster) on sm_90+. max_clusters stands for the occupancy a GPU reports. */
+ * cluster) on sm_90+. max_clusters stands for the occupancy a GPU reports. The
+ * noise kernel's program is built after them. */
 static const struct {
   kl_cuda_shape shape;
   int force, exchange, max_clusters;
@@ -105,9 +128,10 @@ kl_status kl_cuda_compile_check(const char* arch) {
     if (p.cluster) kl_cuda_plan_batch(&p, sh, CHECKED_CALLS[i].max_clusters, facts.smem_optin);
     char buf[KL_CUDA_NUM_DEFINES][32];
     const char* defs[KL_CUDA_NUM_DEFINES];
-    if ((s = kl_cuda_compile_only(arch, defs, kl_cuda_plan_defines(&p, buf, defs)))) return s;
+    if ((s = kl_cuda_compile_only(KL_CUDA_PROGRAM_LSTM, arch, defs, kl_cuda_plan_defines(&p, buf, defs))))
+      return s;
   }
-  return KL_OK;
+  return kl_cuda_compile_only(KL_CUDA_PROGRAM_RANDOM, arch, NULL, 0);
 }
 
 /* ---- caches ----------------------------------------------------------------------- */
@@ -122,7 +146,7 @@ typedef struct kl_module_entry {
 } kl_module_entry;
 
 static kl_module_entry* g_modules;
-static uint64_t g_source_hash[2];
+static uint64_t g_source_hash[KL_CUDA_NPROGRAMS][2]; /* 0: not yet hashed */
 
 static void fnv(uint64_t* h, const void* p, size_t n) {
   const unsigned char* b = p;
@@ -212,18 +236,22 @@ static target target_of(const kl_cu_api* cu, const kl_nvrtc_api* nv, CUdevice de
   return t;
 }
 
-/* The module's key: the source, the target, the options, NVRTC's version. */
-static void module_key(const target* t, const char* const* defines, int ndefines, uint64_t key[2]) {
+/* The module's key: the program's source and options, the target, the -D options,
+ * NVRTC's version. */
+static void module_key(int program, const target* t, const char* const* defines, int ndefines, uint64_t key[2]) {
+  uint64_t* h = g_source_hash[program];
   pthread_mutex_lock(&g_lock);
-  if (!g_source_hash[0]) {
-    g_source_hash[0] = 0xcbf29ce484222325ULL;
-    g_source_hash[1] = 0x84222325cbf29ce4ULL;
-    for (int j = 0; j < 2; j++) fnv(&g_source_hash[j], kl_cuda_source_bytes, sizeof(kl_cuda_source_bytes));
+  if (!h[0]) {
+    h[0] = 0xcbf29ce484222325ULL;
+    h[1] = 0x84222325cbf29ce4ULL;
+    for (int j = 0; j < 2; j++) fnv(&h[j], PROGRAMS[program].text, PROGRAMS[program].size);
   }
-  key[0] = g_source_hash[0];
-  key[1] = g_source_hash[1];
+  key[0] = h[0];
+  key[1] = h[1];
   pthread_mutex_unlock(&g_lock);
   for (int j = 0; j < 2; j++) {
+    for (int i = 0; i < PROGRAMS[program].noptions; i++)
+      fnv(&key[j], PROGRAMS[program].options[i], strlen(PROGRAMS[program].options[i]) + 1);
     fnv(&key[j], t->opt, strlen(t->opt));
     for (int i = 0; i < ndefines; i++) fnv(&key[j], defines[i], strlen(defines[i]) + 1);
     fnv(&key[j], &t->nvrtc_major, sizeof(t->nvrtc_major));
@@ -239,8 +267,8 @@ static kl_module_entry* find_locked(CUdevice dev, const uint64_t key[2]) {
 }
 
 /* The module loaded from the disk cache, or compiled (and written to it). */
-static CUmodule load_module(const kl_cu_api* cu, const kl_nvrtc_api* nv, const target* t, const uint64_t key[2],
-                            const char* const* defines, int ndefines) {
+static CUmodule load_module(const kl_cu_api* cu, const kl_nvrtc_api* nv, int program, const target* t,
+                            const uint64_t key[2], const char* const* defines, int ndefines) {
   char dir[1024], path[1100];
   const int disk = cache_dir(dir, sizeof(dir));
   if (disk)
@@ -250,14 +278,14 @@ static CUmodule load_module(const kl_cu_api* cu, const kl_nvrtc_api* nv, const t
   void* image = disk ? read_file(path, &size) : NULL;
   int fresh = 0;
   if (!image) {
-    if (!(image = compile(nv, t->opt, t->sass, defines, ndefines, &size))) return NULL;
+    if (!(image = compile(nv, program, t->opt, t->sass, defines, ndefines, &size))) return NULL;
     fresh = 1;
   }
   CUmodule mod = NULL;
   CUresult r = cu->ModuleLoadData(&mod, image);
   if (r && !fresh) { /* a damaged cache file: compile again */
     free(image);
-    if (!(image = compile(nv, t->opt, t->sass, defines, ndefines, &size))) return NULL;
+    if (!(image = compile(nv, program, t->opt, t->sass, defines, ndefines, &size))) return NULL;
     fresh = 1;
     r = cu->ModuleLoadData(&mod, image);
   }
@@ -298,12 +326,12 @@ kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int nd
   if (!nv) return NULL;
   const target t = target_of(cu, nv, dev);
   uint64_t key[2];
-  module_key(&t, defines, ndefines, key);
+  module_key(KL_CUDA_PROGRAM_LSTM, &t, defines, ndefines, key);
   pthread_mutex_lock(&g_lock);
   kl_module_entry* e = find_locked(dev, key);
   pthread_mutex_unlock(&g_lock);
   if (e) return &e->k;
-  CUmodule mod = load_module(cu, nv, &t, key, defines, ndefines);
+  CUmodule mod = load_module(cu, nv, KL_CUDA_PROGRAM_LSTM, &t, key, defines, ndefines);
   if (!mod) return NULL;
   if (!(e = calloc(1, sizeof(*e)))) {
     cu->ModuleUnload(mod);
@@ -335,4 +363,14 @@ kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int nd
     return &o->k;
   }
   return &e->k;
+}
+
+CUmodule kl_cuda_load(int program, CUdevice dev, const char* const* defines, int ndefines) {
+  const kl_cu_api* cu = kl_cu();
+  const kl_nvrtc_api* nv = cu ? kl_nvrtc() : NULL;
+  if (!nv) return NULL;
+  const target t = target_of(cu, nv, dev);
+  uint64_t key[2];
+  module_key(program, &t, defines, ndefines, key);
+  return load_module(cu, nv, program, &t, key, defines, ndefines);
 }

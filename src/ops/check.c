@@ -12,10 +12,15 @@ static const char* dtype_str(int code, int bits, char* buf, size_t n) {
 
 kl_status kl_view_of(const DLTensor* t, const char* name, int code, int bits, int ndim_min,
                      int ndim_max, kl_view* v) {
+  if (t && t->device.device_type != kDLCPU)
+    return kl_fail("%s must be a CPU tensor, got device type %d", name, (int)t->device.device_type);
+  return kl_view_on(t, name, code, bits, ndim_min, ndim_max, v);
+}
+
+kl_status kl_view_on(const DLTensor* t, const char* name, int code, int bits, int ndim_min,
+                     int ndim_max, kl_view* v) {
   char want[32];
   if (!t) return kl_fail("%s is missing", name);
-  if (t->device.device_type != kDLCPU)
-    return kl_fail("%s must be a CPU tensor, got device type %d", name, (int)t->device.device_type);
   if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1)
     return kl_fail("%s must be %s", name, dtype_str(code, bits, want, sizeof(want)));
   if (ndim_max > KL_VIEW_MAXD) ndim_max = KL_VIEW_MAXD;

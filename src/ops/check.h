@@ -29,6 +29,9 @@ typedef struct kl_view {
  * with data unless it is empty. */
 kl_status kl_view_of(const DLTensor* t, const char* name, int code, int bits, int ndim_min,
                      int ndim_max, kl_view* v);
+/* The same for a tensor on any device (only its shape, strides and dtype are read). */
+kl_status kl_view_on(const DLTensor* t, const char* name, int code, int bits, int ndim_min,
+                     int ndim_max, kl_view* v);
 /* kl_view_of for float32. */
 kl_status kl_view_f32(const DLTensor* t, const char* name, int ndim_min, int ndim_max, kl_view* v);
 

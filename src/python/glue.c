@@ -28,19 +28,6 @@ int kl_py_isa_from_name(const char* name, kl_isa* isa) {
   return 0;
 }
 
-int kl_py_f32_span(const DLTensor* t, float** data, int64_t* n) {
-  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) return 0;
-  int64_t count = 1;
-  for (int i = 0; i < t->ndim; i++) count *= t->shape[i];
-  for (int64_t i = t->ndim - 1, stride = 1; count && i >= 0; i--) { /* empty: any strides */
-    if (t->strides && t->shape[i] != 1 && t->strides[i] != stride) return 0;
-    stride *= t->shape[i];
-  }
-  *data = (float*)((char*)t->data + t->byte_offset);
-  *n = count;
-  return 1;
-}
-
 int kl_py_isa_set(const char* name, char* err, size_t n) {
   kl_isa isa;
   if (!kl_py_isa_from_name(name, &isa)) {

@@ -12,8 +12,6 @@
 int kl_py_dtype_from_name(const char* name, kl_dtype* dt);
 /* kl_isa_name's inverse: 1 and *isa set; 0 for a name no ISA has. */
 int kl_py_isa_from_name(const char* name, kl_isa* isa);
-/* A compact float32 tensor's data and element count: 1, or 0 for any other tensor. */
-int kl_py_f32_span(const DLTensor* t, float** data, int64_t* n);
 /* kl_isa_set by name: 1, or 0 and why in err (an unknown name, an ISA this CPU lacks). */
 int kl_py_isa_set(const char* name, char* err, size_t n);
 /* 1 when CLOCK_MONOTONIC has passed *next_ns (then *next_ns = now + period_ns), else 0. */

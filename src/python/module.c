@@ -1,16 +1,18 @@
-/* kokoro_lstm._core: the thin CPython binding of the C core, the only file that includes
- * Python.h: objects to DLTensors, the GIL released around compute, kl_status to exceptions. */
+/* kokoro_lstm._core: the thin CPython binding of the C core, one of the two files that
+ * include Python.h (noise.c has the noise draws): objects to DLTensors, the GIL released
+ * around compute, kl_status to exceptions. */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL kl_py_numpy_api /* shared with noise.c */
 #include <Python.h>
 #include <numpy/arrayobject.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "binding.h"
 #include "glue.h"
 #include "kokoro_lstm.h"
 #include "kokoro_lstm_testing.h"
-#include "random.h"
 #include "threads.h"
 
 /* ---- forward: every front's road into kl_lstm_forward. Tensors are NumPy arrays (described
@@ -134,9 +136,7 @@ static int py_interrupt(void* ctx) {
   return st->raised;
 }
 
-/* The exception of a failed engine call: MemoryError, ValueError (KL_ERR_ARG) or
- * RuntimeError, with the engine's message. */
-static PyObject* status_error(kl_status s) {
+PyObject* kl_py_status_error(kl_status s) {
   PyObject* exc = s == KL_ERR_NOMEM ? PyExc_MemoryError : s == KL_ERR_ARG ? PyExc_ValueError : PyExc_RuntimeError;
   PyErr_SetString(exc, *kl_last_error() ? kl_last_error() : kl_status_str(s));
   return NULL;
@@ -214,7 +214,7 @@ static int run_forward(kl_forward_args* fa) {
   s = kl_lstm_forward(fa);
   Py_END_ALLOW_THREADS
   if (ist.raised) return 0; /* the signal handler's exception */
-  return s == KL_OK || (status_error(s), 0);
+  return s == KL_OK || (kl_py_status_error(s), 0);
 }
 
 /* forward(...): see its docstring and kl_forward_args; stream: the CUstream CUDA
@@ -443,32 +443,6 @@ BENCH(mod_bench_stream, Py_ssize_t nbytes; int reps, "ni",
 BENCH(mod_bench_fingerprint, Py_ssize_t nbytes; int nth; int reps, "nii",
       nbytes < 64 ? -1.0 : kl_bench_fingerprint((size_t)nbytes, nth, reps),
       "bench_fingerprint: need nbytes >= 64, threads and reps >= 1", &nbytes, &nth, &reps)
-
-/* random_fill: see its docstring and src/ops/random.h; seed's int64 bits are the key. */
-static PyObject* mod_random_fill(PyObject* m, PyObject* args, PyObject* kwds) {
-  (void)m;
-  static char* kwlist[] = {"dist", "seed", "stream", "out", "start", "num_threads", NULL};
-  int dist, nth = 0;
-  long long seed, stream, start = 0;
-  PyObject* out;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "iLLO|Li", kwlist, &dist, &seed, &stream, &out,
-                                   &start, &nth))
-    return NULL;
-  if (stream < 0) return PyErr_Format(PyExc_ValueError, "random_fill: stream must be >= 0, got %lld", stream);
-  tensor_arg ta;
-  float* y = NULL;
-  int64_t n = 0;
-  const int ok = PyArray_Check(out) && to_dltensor(out, "out", 1, NULL, &ta) && kl_py_f32_span(&ta.t, &y, &n);
-  if (!ok) {
-    PyErr_Clear();
-    return PyErr_Format(PyExc_TypeError, "random_fill: out must be a writable C-contiguous float32 numpy array");
-  }
-  kl_status s;
-  Py_BEGIN_ALLOW_THREADS
-  s = kl_f32_random(dist, (uint64_t)seed, (uint64_t)stream, (int64_t)start, n, y, nth);
-  Py_END_ALLOW_THREADS
-  return s == KL_OK ? Py_NewRef(Py_None) : status_error(s);
-}
 
 #define METH_KW (METH_VARARGS | METH_KEYWORDS)
 #define KL_PY_METHOD(name, kind, doc) {#name, (PyCFunction)(void (*)(void))mod_##name, METH_##kind, doc},

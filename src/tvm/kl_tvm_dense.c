@@ -48,27 +48,38 @@ int kl_tvm_errf(const char* kind, const char* fn, const char* what) {
   return kl_tvm_raise(kind, msg);
 }
 
+/* The DLTensor of argument `name`: 0, else raises TypeError and returns -1. */
+static int tensor_arg(const char* fn, const TVMFFIAny* arg, const char* name, const DLTensor** out) {
+  char what[200];
+  *out = NULL;
+  if (arg->type_index == kTVMFFIDLTensorPtr) *out = (const DLTensor*)arg->v_ptr;
+  else if (arg->type_index == kTVMFFITensor)
+    *out = (const DLTensor*)((const char*)arg->v_obj + sizeof(TVMFFIObject));
+  if (*out) return 0;
+  snprintf(what, sizeof(what), "%s must be a tensor (type index %d)", name, (int)arg->type_index);
+  return kl_tvm_errf("TypeError", fn, what);
+}
+
+/* t of dtype (code, bits), one lane: 0, else raises TypeError and returns -1. */
+static int dtype_arg(const char* fn, const DLTensor* t, const char* name, int code, int bits) {
+  char what[200];
+  if (t->dtype.code == code && t->dtype.bits == bits && t->dtype.lanes == 1) return 0;
+  snprintf(what, sizeof(what), "%s must be %s%d", name,
+           code == kDLFloat ? "float" : code == kDLInt ? "int" : "dtype code ?", bits);
+  return kl_tvm_errf("TypeError", fn, what);
+}
+
 int kl_tvm_cpu_tensor(const char* fn, const TVMFFIAny* arg, const char* name, int code, int bits,
                       const DLTensor** out) {
   char what[200];
-  const DLTensor* t = NULL;
-  if (arg->type_index == kTVMFFIDLTensorPtr) t = (const DLTensor*)arg->v_ptr;
-  else if (arg->type_index == kTVMFFITensor)
-    t = (const DLTensor*)((const char*)arg->v_obj + sizeof(TVMFFIObject));
-  if (!t) {
-    snprintf(what, sizeof(what), "%s must be a tensor (type index %d)", name, (int)arg->type_index);
-    return kl_tvm_errf("TypeError", fn, what);
-  }
+  const DLTensor* t;
+  if (tensor_arg(fn, arg, name, &t)) return -1;
   if (t->device.device_type != kDLCPU) {
     snprintf(what, sizeof(what), "%s must be a CPU tensor, got device type %d", name,
              (int)t->device.device_type);
     return kl_tvm_errf("ValueError", fn, what);
   }
-  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
-    snprintf(what, sizeof(what), "%s must be %s%d", name,
-             code == kDLFloat ? "float" : code == kDLInt ? "int" : "dtype code ?", bits);
-    return kl_tvm_errf("TypeError", fn, what);
-  }
+  if (dtype_arg(fn, t, name, code, bits)) return -1;
   *out = t;
   return 0;
 }
@@ -77,8 +88,8 @@ int kl_tvm_compact_tensor(const char* fn, const TVMFFIAny* arg, const char* name
                           int bits, const DLTensor** out, int64_t* n) {
   const DLTensor* t;
   kl_view v;
-  if (kl_tvm_cpu_tensor(fn, arg, name, code, bits, &t)) return -1;
-  if (kl_view_of(t, name, code, bits, 0, KL_VIEW_MAXD, &v))
+  if (tensor_arg(fn, arg, name, &t) || dtype_arg(fn, t, name, code, bits)) return -1;
+  if (kl_view_on(t, name, code, bits, 0, KL_VIEW_MAXD, &v))
     return kl_tvm_errf("ValueError", fn, kl_last_error());
   if (!kl_view_compact(&v)) {
     char what[200];

@@ -59,6 +59,9 @@ int kl_tvm_attention(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny
 
 /* Raises a tvm-ffi error of the given kind (kl_tvm_ffi.c); returns -1. */
 int kl_tvm_raise(const char* kind, const char* msg);
+/* The stream TVM runs the device's work on (TVMFFIEnvGetStream, kl_tvm_ffi.c); NULL
+ * where unset or where the libtvm_ffi lacks it (the legacy default stream then). */
+void* kl_tvm_stream(int32_t device_type, int32_t device_id);
 /* kl_tvm_raise with the message "fn: what"; returns -1. */
 int kl_tvm_errf(const char* kind, const char* fn, const char* what);
 /* Argument `name` of extern fn as a CPU tensor of dtype (code, bits), one lane, into
@@ -72,7 +75,9 @@ int kl_tvm_config(const char* fn, const TVMFFIAny* args, int32_t nargs, int64_t 
                   int nmax, const int64_t** cfg, int* ncfg);
 /* A config's num_threads v (0: the process default) into *out; else raises, -1. */
 int kl_tvm_cfg_threads(const char* fn, int64_t v, int* out);
-/* The same, compact (unit strides but along dims of one); its element count in *n. */
+/* Argument `name` as a compact tensor (unit strides but along dims of one) of dtype
+ * (code, bits) on any device, its element count in *n: 0, else raises and returns -1.
+ * The caller checks the device. */
 int kl_tvm_compact_tensor(const char* fn, const TVMFFIAny* arg, const char* name, int code,
                           int bits, const DLTensor** out, int64_t* n);
 

@@ -33,6 +33,10 @@ static int raise_err(const char* kind, const char* msg) {
 
 int kl_tvm_raise(const char* kind, const char* msg) { return raise_err(kind, msg); }
 
+void* kl_tvm_stream(int32_t device_type, int32_t device_id) {
+  return g_api.env_get_stream ? g_api.env_get_stream(device_type, device_id) : NULL;
+}
+
 /* DLTensor* of a tensor argument, or NULL. obj receives its object handle when
  * it is a tensor object (NULL for a raw DLTensor*). */
 static DLTensor* as_tensor(const TVMFFIAny* a, TVMFFIObject** obj) {
@@ -189,8 +193,7 @@ static int lstm_forward(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFI
   fa.constant_weights = constant;
   const kl_keepalive ka = {keep, set_retain, set_release};
   fa.keepalive = constant ? &ka : NULL;
-  if (fa.x && fa.x->device.device_type == kDLCUDA && g_api.env_get_stream)
-    fa.stream = g_api.env_get_stream(kDLCUDA, fa.x->device.device_id);
+  if (fa.x && fa.x->device.device_type == kDLCUDA) fa.stream = kl_tvm_stream(kDLCUDA, fa.x->device.device_id);
   const kl_status s = kl_lstm_forward(&fa);
   if (!keep->retained) free(keep);
   free(t);

@@ -3,15 +3,18 @@
  *
  * kokoro_lstm.random_v1(cfg, seed, y)
  *   cfg = (abi, dist, stream, num_threads): dist 0 uniform [0, 1), 1 standard
- *   normal; stream >= 0; num_threads 0: the process default. seed: an int64 CPU
- *   tensor of one element; y: a compact float32 CPU tensor of any shape, filled
- *   with elements 0.. of the draw (seed, stream) in row-major order.
+ *   normal; stream >= 0; num_threads 0: the process default. seed: an int64 tensor
+ *   of one element; y: a compact float32 tensor of any shape, filled with elements
+ *   0.. of the draw (seed, stream) in row-major order. Both on the CPU, or both on
+ *   one CUDA device: then the kernel (src/cuda/random.cu, the same bits) runs on
+ *   TVMFFIEnvGetStream's stream, reading the seed there (num_threads unused).
  * kokoro_lstm.fresh_seed_v1(seed)
- *   Writes a seed into an int64 CPU tensor of one element that no earlier call in
- *   this process wrote: a bijective 64-bit mix of a per-process key and a call
- *   counter, the key drawn once from the OS's entropy (getrandom / getentropy,
- *   else the clocks) and mixed with the process id on every call, so a forked
- *   child does not repeat its parent's seeds. */
+ *   Writes, from the host, a seed into an int64 CPU tensor of one element (a tensor
+ *   on another device is refused) that no earlier call in this process wrote: a
+ *   bijective 64-bit mix of a per-process key and a call counter, the key drawn once
+ *   from the OS's entropy (getrandom / getentropy, else the clocks) and mixed with
+ *   the process id on every call, so a forked child does not repeat its parent's
+ *   seeds. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,15 +26,33 @@
 #endif
 
 #include "check.h"
+#include "kl_cuda.h"
 #include "kl_tvm_dense.h"
 #include "kl_tvm_random.h"
 #include "random.h"
 
-int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
-  (void)self;
-  static const char* fn = KL_TVM_RANDOM_NAME;
+/* y on the CPU or a CUDA device, the seed on the same device (a CUDA kernel reads it
+ * there, so that a captured graph draws with its value at each replay): 0, else raises. */
+static int check_devices(const char* fn, const DLTensor* seed, const DLTensor* y) {
   char what[300];
-  result->type_index = kTVMFFINone;
+  const DLDevice s = seed->device, d = y->device;
+  if (d.device_type != kDLCPU && d.device_type != kDLCUDA) {
+    snprintf(what, sizeof(what), "y must be on the CPU or a CUDA device, got device type %d", (int)d.device_type);
+    return kl_tvm_errf("ValueError", fn, what);
+  }
+  if (s.device_type == d.device_type && (d.device_type == kDLCPU || s.device_id == d.device_id)) return 0;
+  if (d.device_type == kDLCPU)
+    snprintf(what, sizeof(what), "seed must be a CPU tensor like y, got device type %d", (int)s.device_type);
+  else
+    snprintf(what, sizeof(what), "seed must be on y's device cuda:%d, got device type %d id %d", (int)d.device_id,
+             (int)s.device_type, (int)s.device_id);
+  return kl_tvm_errf("ValueError", fn, what);
+}
+
+/* The config's values, checked: 0, else raises. */
+static int random_config(const char* fn, const TVMFFIAny* args, int32_t nargs, int64_t* dist, int64_t* stream,
+                         int64_t* nth) {
+  char what[300];
   const int64_t* cfg;
   if (kl_tvm_config(fn, args, nargs, KL_TVM_RANDOM_ABI, KL_RANDOM_CFG_N, KL_RANDOM_CFG_N, &cfg, NULL))
     return -1;
@@ -39,20 +60,27 @@ int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
     snprintf(what, sizeof(what), "expected 3 arguments (cfg, seed, y), got %d", (int)nargs);
     return kl_tvm_errf("TypeError", fn, what);
   }
-  const int64_t dist = cfg[KL_RANDOM_CFG_DIST], stream = cfg[KL_RANDOM_CFG_STREAM],
-                nth = cfg[KL_RANDOM_CFG_NUM_THREADS];
-  if ((dist != KL_RANDOM_UNIFORM && dist != KL_RANDOM_NORMAL) || stream < 0 || nth < 0 ||
-      nth > INT32_MAX) {
+  *dist = cfg[KL_RANDOM_CFG_DIST], *stream = cfg[KL_RANDOM_CFG_STREAM], *nth = cfg[KL_RANDOM_CFG_NUM_THREADS];
+  if ((*dist != KL_RANDOM_UNIFORM && *dist != KL_RANDOM_NORMAL) || *stream < 0 || *nth < 0 || *nth > INT32_MAX) {
     snprintf(what, sizeof(what),
              "config (dist %lld, stream %lld, num_threads %lld): dist must be 0 (uniform) or 1 "
              "(normal), stream and num_threads >= 0",
-             (long long)dist, (long long)stream, (long long)nth);
+             (long long)*dist, (long long)*stream, (long long)*nth);
     return kl_tvm_errf("ValueError", fn, what);
   }
+  return 0;
+}
+
+int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
+  (void)self;
+  static const char* fn = KL_TVM_RANDOM_NAME;
+  char what[300];
+  result->type_index = kTVMFFINone;
+  int64_t dist = 0, stream = 0, nth = 0, nseed = 0, n = 0;
   const DLTensor *seed, *y;
-  int64_t nseed, n;
-  if (kl_tvm_compact_tensor(fn, &args[1], "seed", kDLInt, 64, &seed, &nseed) ||
-      kl_tvm_compact_tensor(fn, &args[2], "y", kDLFloat, 32, &y, &n))
+  if (random_config(fn, args, nargs, &dist, &stream, &nth) ||
+      kl_tvm_compact_tensor(fn, &args[1], "seed", kDLInt, 64, &seed, &nseed) ||
+      kl_tvm_compact_tensor(fn, &args[2], "y", kDLFloat, 32, &y, &n) || check_devices(fn, seed, y))
     return -1;
   if (nseed != 1) {
     snprintf(what, sizeof(what), "seed must have one element, got %lld", (long long)nseed);
@@ -64,13 +92,20 @@ int kl_tvm_random(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   static const char* const in_names[1] = {"seed"};
   if (kl_check_disjoint(outs, out_names, 1, ins, in_names, 1))
     return kl_tvm_errf("ValueError", fn, kl_last_error());
-  int64_t s;
-  memcpy(&s, (const char*)seed->data + seed->byte_offset, sizeof(s));
-  const kl_status st = kl_f32_random((int)dist, (uint64_t)s, (uint64_t)stream, 0, n,
-                                     (float*)((char*)y->data + y->byte_offset), (int)nth);
+  const int64_t* sp = (const int64_t*)(const void*)((const char*)seed->data + seed->byte_offset);
+  float* yp = (float*)(void*)((char*)y->data + y->byte_offset);
+  const int id = y->device.device_id;
+  kl_status st;
+  if (y->device.device_type == kDLCUDA) { /* on TVM's stream for the device */
+    st = kl_cuda_random((int)dist, sp, (uint64_t)stream, n, yp, id, kl_tvm_stream(kDLCUDA, id));
+  } else {
+    int64_t s;
+    memcpy(&s, sp, sizeof(s));
+    st = kl_f32_random((int)dist, (uint64_t)s, (uint64_t)stream, 0, n, yp, (int)nth);
+  }
   if (st != KL_OK)
     return kl_tvm_errf(st == KL_ERR_NOMEM ? "MemoryError" : st == KL_ERR_ARG ? "ValueError" : "RuntimeError",
-                fn, kl_status_str(st));
+                       fn, *kl_last_error() ? kl_last_error() : kl_status_str(st));
   return 0;
 }
 
@@ -107,6 +142,12 @@ int kl_tvm_fresh_seed(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAn
   const DLTensor* t;
   int64_t n;
   if (kl_tvm_compact_tensor(fn, &args[0], "seed", kDLInt, 64, &t, &n)) return -1;
+  if (t->device.device_type != kDLCPU) {
+    char what[200];
+    snprintf(what, sizeof(what), "seed must be a CPU tensor (the seed is written from the host), got device type %d",
+             (int)t->device.device_type);
+    return kl_tvm_errf("ValueError", fn, what);
+  }
   if (n != 1) return kl_tvm_errf("ValueError", fn, "seed must have one element");
   uint64_t key = atomic_load_explicit(&g_key, memory_order_acquire);
   if (!key) { /* the first caller's draw wins; 0 stays the "not drawn" mark */

@@ -1,0 +1,105 @@
+/* Counter-based noise on CUDA devices (kl_cuda_random, kl_cuda.h): random.cu's kernel,
+ * one module per device, kept for the process (captured graphs may launch it at any
+ * time). */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "cuda_internal.h"
+#include "random.h"
+
+/* Threads per CTA, each drawing one Philox block (4 elements) at a time; a grid of at
+ * most KL_RANDOM_MAX_CTAS strides over the rest. */
+#define KL_RANDOM_THREADS 256
+#define KL_RANDOM_MAX_CTAS 65535
+
+typedef struct random_module {
+  struct random_module* next;
+  CUdevice dev;
+  CUmodule mod;
+  CUfunction f;
+} random_module;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static random_module* g_mods;
+
+static CUfunction find(CUdevice dev) {
+  pthread_mutex_lock(&g_lock);
+  const random_module* m = g_mods;
+  while (m && m->dev != dev) m = m->next;
+  CUfunction f = m ? m->f : NULL;
+  pthread_mutex_unlock(&g_lock);
+  return f;
+}
+
+/* The device's kernel, built at the first call (the disk cache, else NVRTC): loading
+ * a module is allowed while a stream is captured (relaxed capture mode), so a graph
+ * captured before any draw on the device still works. The context is current. */
+static CUfunction random_kernel(const kl_cu_api* cu, const kl_cuda_device* dv) {
+  CUfunction f = find(dv->dev);
+  if (f) return f;
+  random_module* m = calloc(1, sizeof(*m));
+  if (!m) {
+    kl_errorf(KL_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  int mode = KL_CU_STREAM_CAPTURE_MODE_RELAXED;
+  cu->ThreadExchangeStreamCaptureMode(&mode);
+  m->mod = kl_cuda_load(KL_CUDA_PROGRAM_RANDOM, dv->dev, NULL, 0);
+  CUresult r = m->mod ? cu->ModuleGetFunction(&m->f, m->mod, "kl_random") : 0;
+  if (m->mod && r) {
+    kl_cu_fail(r, "the noise kernel lacks its entry point kl_random");
+    cu->ModuleUnload(m->mod);
+  }
+  cu->ThreadExchangeStreamCaptureMode(&mode);
+  if (!m->mod || r) {
+    free(m);
+    return NULL;
+  }
+  m->dev = dv->dev;
+  pthread_mutex_lock(&g_lock);
+  const random_module* o = g_mods;
+  while (o && o->dev != dv->dev) o = o->next;
+  if (!o) { /* else another thread was first: its module stays, this one goes */
+    m->next = g_mods;
+    g_mods = m;
+  }
+  f = o ? o->f : m->f;
+  pthread_mutex_unlock(&g_lock);
+  if (o) {
+    cu->ModuleUnload(m->mod);
+    free(m);
+  }
+  return f;
+}
+
+static kl_status launch(const kl_cu_api* cu, CUfunction f, int dist, const int64_t* seed, uint64_t stream,
+                        int64_t n, float* y, int device_id, CUstream s) {
+  const uint64_t blocks = ((uint64_t)n + 3) / 4;
+  uint64_t ctas = (blocks + KL_RANDOM_THREADS - 1) / KL_RANDOM_THREADS;
+  if (ctas > KL_RANDOM_MAX_CTAS) ctas = KL_RANDOM_MAX_CTAS;
+  long long nn = n;
+  unsigned long long st = stream;
+  void* params[] = {&dist, &seed, &st, &nn, &y};
+  KL_CU_TRY(cu->LaunchKernel(f, (unsigned)ctas, 1, 1, KL_RANDOM_THREADS, 1, 1, 0, s, params, NULL),
+            "CUDA: launching the noise kernel on device %d failed", device_id);
+  return KL_OK;
+}
+
+kl_status kl_cuda_random(int dist, const int64_t* seed, uint64_t stream, int64_t n, float* y, int device_id,
+                         void* cu_stream) {
+  if (dist != KL_RANDOM_UNIFORM && dist != KL_RANDOM_NORMAL)
+    return kl_fail("random: dist must be KL_RANDOM_UNIFORM or KL_RANDOM_NORMAL");
+  if (n < 0 || n > ((int64_t)1 << 62) || (n > 0 && (!y || !seed)) || device_id < 0)
+    return kl_fail("random: need 0 <= n <= 2^62, the seed and an output in device memory, device_id >= 0");
+  if (n == 0) return KL_OK;
+  const kl_cu_api* cu = kl_cu();
+  if (!cu) return KL_ERR_DEVICE;
+  const kl_cuda_device* dv = kl_cuda_device_get(cu, device_id);
+  if (!dv) return KL_ERR_DEVICE;
+  KL_CU_TRY(cu->CtxPushCurrent(dv->ctx), "CUDA: cannot make device %d's context current", device_id);
+  const CUfunction f = random_kernel(cu, dv);
+  const kl_status st = f ? launch(cu, f, dist, seed, stream, n, y, device_id, (CUstream)cu_stream) : KL_ERR_DEVICE;
+  CUcontext popped;
+  cu->CtxPopCurrent(&popped);
+  return st;
+}
