@@ -140,7 +140,7 @@ torch = pytest.importorskip("torch") if not REQUIRE else __import__("torch")
 
 def test_tvm_random_on_cuda_tensors_errors():
     """random_v1 takes y on the CPU or a CUDA device with the seed beside it, and
-    fresh_seed_v1 (which writes on the host) only a CPU seed: clear ValueErrors."""
+    fresh_seed_v1 a seed on the CPU or a CUDA device: clear errors otherwise."""
     tvm_ffi = require("tvm_ffi")
     require("tvm")
     import kokoro_lstm.tvm  # noqa: F401  (registers the engine's functions)
@@ -161,11 +161,13 @@ def test_tvm_random_on_cuda_tensors_errors():
     with pytest.raises(ValueError, match="one element"):
         rnd(cfg, cuda((2,), 0, 64), cuda((10,)))
     fresh = tvm_ffi.get_global_func(_noise.FRESH_SEED_FUNC)
-    with pytest.raises(ValueError, match="CPU tensor .the seed is written from the host"):
-        fresh(cuda((1,), 0, 64))
+    with pytest.raises(ValueError, match="seed must be a CPU or CUDA tensor, got device type 8"):
+        fresh(cuda((1,), 0, 64, 8))
     if _no_driver_here():
         with pytest.raises(RuntimeError, match="libcuda.so.1"):
             rnd(cfg, cuda((1,), 0, 64), cuda((10,)))
+        with pytest.raises(RuntimeError, match="libcuda.so.1"):
+            fresh(cuda((1,), 0, 64))
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 PATHS = ["cluster", "cluster-barrier", "step"]
 

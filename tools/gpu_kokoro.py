@@ -239,6 +239,18 @@ def run(args):
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
         if lines:
             result["runner_timing"] = json.loads(lines[-1])
+    if r.returncode == 0:  # decoder_forward: a fresh seed per call, drawn on the GPU
+        fresh = [x for x in call if x not in ("--seed", str(meta["seed"]))]
+        fresh[fresh.index("--repeat") + 1] = "3"
+        rf = subprocess.run(fresh, env=env, capture_output=True, text=True, timeout=300)
+        result["fresh_rc"] = rf.returncode
+        if rf.returncode == 0:
+            b = open(wav, "rb").read()
+            other = np.frombuffer(b[b.find(b"data") + 8:], "<f4")
+            result["fresh_differs_from_seeded"] = bool(not np.array_equal(other, got))
+            result["fresh_finite"] = bool(np.isfinite(other).all())
+        else:
+            result["fresh_stderr"] = rf.stderr[-2000:]
     if r.returncode == 0 and args.ncu:
         one = call[:call.index("--repeat")] + ["--repeat", "1"]
         result["runner_kernels"] = _ncu_kernels(one, env, args.out)

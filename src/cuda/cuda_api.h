@@ -57,6 +57,7 @@ typedef struct kl_cu_api {
   CUresult (*CtxPushCurrent)(CUcontext c);
   CUresult (*CtxPopCurrent)(CUcontext* c);
   CUresult (*MemAlloc)(CUdeviceptr* p, size_t n);
+  CUresult (*MemsetD8)(CUdeviceptr p, unsigned char v, size_t n);
   CUresult (*MemFree)(CUdeviceptr p);
   CUresult (*ModuleLoadData)(CUmodule* m, const void* image);
   CUresult (*ModuleUnload)(CUmodule m);

@@ -25,6 +25,10 @@ int kl_cuda_stream_capturing(int device_id, void* stream);
  * so they can be captured in a CUDA graph (a replay draws with the seed's value then). */
 kl_status kl_cuda_random(int dist, const int64_t* seed, uint64_t stream, int64_t n, float* y, int device_id,
                          void* cu_stream);
+/* Writes splitmix64's finalizer of (base + this device's call count, advanced by the
+ * kernel) into one int64 at out on device_id, on the stream: a new seed per call and
+ * per replay of a graph that captured it; allocates nothing after a device's first. */
+kl_status kl_cuda_fresh_seed(uint64_t base, int64_t* out, int device_id, void* cu_stream);
 /* Frees the work buffers of every device. */
 void kl_cuda_clear(void);
 

@@ -50,6 +50,7 @@ static const struct {
     {LIB_CU, offsetof(kl_cu_api, CtxPushCurrent), "cuCtxPushCurrent_v2", 1},
     {LIB_CU, offsetof(kl_cu_api, CtxPopCurrent), "cuCtxPopCurrent_v2", 1},
     {LIB_CU, offsetof(kl_cu_api, MemAlloc), "cuMemAlloc_v2", 1},
+    {LIB_CU, offsetof(kl_cu_api, MemsetD8), "cuMemsetD8_v2", 1},
     {LIB_CU, offsetof(kl_cu_api, MemFree), "cuMemFree_v2", 1},
     {LIB_CU, offsetof(kl_cu_api, ModuleLoadData), "cuModuleLoadData", 1},
     {LIB_CU, offsetof(kl_cu_api, ModuleUnload), "cuModuleUnload", 1},

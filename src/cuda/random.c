@@ -16,27 +16,40 @@ typedef struct random_module {
   struct random_module* next;
   CUdevice dev;
   CUmodule mod;
-  CUfunction f;
+  CUfunction f, fresh;   /* kl_random, kl_fresh_seed */
+  CUdeviceptr counter; /* kl_fresh_seed's calls on this device (8 bytes, zeroed) */
 } random_module;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static random_module* g_mods;
 
-static CUfunction find(CUdevice dev) {
+static const random_module* find(CUdevice dev) {
   pthread_mutex_lock(&g_lock);
   const random_module* m = g_mods;
   while (m && m->dev != dev) m = m->next;
-  CUfunction f = m ? m->f : NULL;
   pthread_mutex_unlock(&g_lock);
-  return f;
+  return m;
 }
 
-/* The device's kernel, built at the first call (the disk cache, else NVRTC): loading
+/* Its entry points and the zeroed counter; KL_OK or the error set. */
+static kl_status module_parts(const kl_cu_api* cu, random_module* m) {
+  CUresult r = cu->ModuleGetFunction(&m->f, m->mod, "kl_random");
+  if (!r) r = cu->ModuleGetFunction(&m->fresh, m->mod, "kl_fresh_seed");
+  if (r) return kl_cu_fail(r, "the noise module lacks its entry points");
+  if ((r = cu->MemAlloc(&m->counter, sizeof(uint64_t))) ||
+      (r = cu->MemsetD8(m->counter, 0, sizeof(uint64_t)))) {
+    if (m->counter) cu->MemFree(m->counter);
+    return kl_cu_fail(r, "allocating the fresh-seed counter");
+  }
+  return KL_OK;
+}
+
+/* The device's module, built at the first call (the disk cache, else NVRTC): loading
  * a module is allowed while a stream is captured (relaxed capture mode), so a graph
  * captured before any draw on the device still works. The context is current. */
-static CUfunction random_kernel(const kl_cu_api* cu, const kl_cuda_device* dv) {
-  CUfunction f = find(dv->dev);
-  if (f) return f;
+static const random_module* random_module_get(const kl_cu_api* cu, const kl_cuda_device* dv) {
+  const random_module* o = find(dv->dev);
+  if (o) return o;
   random_module* m = calloc(1, sizeof(*m));
   if (!m) {
     kl_errorf(KL_ERR_NOMEM, "out of memory");
@@ -45,31 +58,27 @@ static CUfunction random_kernel(const kl_cu_api* cu, const kl_cuda_device* dv) {
   int mode = KL_CU_STREAM_CAPTURE_MODE_RELAXED;
   cu->ThreadExchangeStreamCaptureMode(&mode);
   m->mod = kl_cuda_load(KL_CUDA_PROGRAM_RANDOM, dv->dev, NULL, 0);
-  CUresult r = m->mod ? cu->ModuleGetFunction(&m->f, m->mod, "kl_random") : 0;
-  if (m->mod && r) {
-    kl_cu_fail(r, "the noise kernel lacks its entry point kl_random");
-    cu->ModuleUnload(m->mod);
-  }
+  const kl_status st = m->mod ? module_parts(cu, m) : KL_ERR_DEVICE;
+  if (m->mod && st) cu->ModuleUnload(m->mod);
   cu->ThreadExchangeStreamCaptureMode(&mode);
-  if (!m->mod || r) {
+  if (st) {
     free(m);
     return NULL;
   }
   m->dev = dv->dev;
   pthread_mutex_lock(&g_lock);
-  const random_module* o = g_mods;
+  o = g_mods;
   while (o && o->dev != dv->dev) o = o->next;
   if (!o) { /* else another thread was first: its module stays, this one goes */
     m->next = g_mods;
     g_mods = m;
   }
-  f = o ? o->f : m->f;
   pthread_mutex_unlock(&g_lock);
-  if (o) {
-    cu->ModuleUnload(m->mod);
-    free(m);
-  }
-  return f;
+  if (!o) return m;
+  cu->MemFree(m->counter);
+  cu->ModuleUnload(m->mod);
+  free(m);
+  return o;
 }
 
 static kl_status launch(const kl_cu_api* cu, CUfunction f, int dist, const int64_t* seed, uint64_t stream,
@@ -97,8 +106,30 @@ kl_status kl_cuda_random(int dist, const int64_t* seed, uint64_t stream, int64_t
   const kl_cuda_device* dv = kl_cuda_device_get(cu, device_id);
   if (!dv) return KL_ERR_DEVICE;
   KL_CU_TRY(cu->CtxPushCurrent(dv->ctx), "CUDA: cannot make device %d's context current", device_id);
-  const CUfunction f = random_kernel(cu, dv);
-  const kl_status st = f ? launch(cu, f, dist, seed, stream, n, y, device_id, (CUstream)cu_stream) : KL_ERR_DEVICE;
+  const random_module* m = random_module_get(cu, dv);
+  const kl_status st = m ? launch(cu, m->f, dist, seed, stream, n, y, device_id, (CUstream)cu_stream)
+                         : KL_ERR_DEVICE;
+  CUcontext popped;
+  cu->CtxPopCurrent(&popped);
+  return st;
+}
+
+kl_status kl_cuda_fresh_seed(uint64_t base, int64_t* out, int device_id, void* cu_stream) {
+  if (!out || device_id < 0) return kl_fail("fresh seed: need an output in device memory, device_id >= 0");
+  const kl_cu_api* cu = kl_cu();
+  if (!cu) return KL_ERR_DEVICE;
+  const kl_cuda_device* dv = kl_cuda_device_get(cu, device_id);
+  if (!dv) return KL_ERR_DEVICE;
+  KL_CU_TRY(cu->CtxPushCurrent(dv->ctx), "CUDA: cannot make device %d's context current", device_id);
+  const random_module* m = random_module_get(cu, dv);
+  kl_status st = m ? KL_OK : KL_ERR_DEVICE;
+  if (m) {
+    unsigned long long b = base;
+    CUdeviceptr counter = m->counter;
+    void* params[] = {&out, &b, &counter};
+    const CUresult r = cu->LaunchKernel(m->fresh, 1, 1, 1, 1, 1, 1, 0, (CUstream)cu_stream, params, NULL);
+    if (r) st = kl_cu_fail(r, "CUDA: launching the fresh-seed kernel on device %d failed", device_id);
+  }
   CUcontext popped;
   cu->CtxPopCurrent(&popped);
   return st;

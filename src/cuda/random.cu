@@ -173,3 +173,13 @@ extern "C" __global__ void kl_random(int dist, const long long* seed, u64 stream
       if (b * 4 + k < (u64)n) y[b * 4 + k] = v[k];
   }
 }
+
+// kl_fresh_seed_v1's draw on the device: splitmix64's finalizer of base + the device's
+// call counter, which this kernel advances (so each replay of a captured graph gets
+// the next seed).
+extern "C" __global__ void kl_fresh_seed(long long* out, u64 base, unsigned long long* counter) {
+  u64 z = base + atomicAdd(counter, 1ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  out[0] = (long long)(z ^ (z >> 31));
+}

@@ -9,8 +9,9 @@
  *   one CUDA device: then the kernel (src/cuda/random.cu, the same bits) runs on
  *   TVMFFIEnvGetStream's stream, reading the seed there (num_threads unused).
  * kokoro_lstm.fresh_seed_v1(seed)
- *   Writes, from the host, a seed into an int64 CPU tensor of one element (a tensor
- *   on another device is refused) that no earlier call in this process wrote: a
+ *   Writes a seed into an int64 tensor of one element, on the CPU or a CUDA device
+ *   (there by a kernel on TVMFFIEnvGetStream's stream, counting on the device), that
+ *   no earlier call in this process wrote: a
  *   bijective 64-bit mix of a per-process key and a call counter, the key drawn once
  *   from the OS's entropy (getrandom / getentropy, else the clocks) and mixed with
  *   the process id on every call, so a forked child does not repeat its parent's
@@ -142,9 +143,9 @@ int kl_tvm_fresh_seed(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAn
   const DLTensor* t;
   int64_t n;
   if (kl_tvm_compact_tensor(fn, &args[0], "seed", kDLInt, 64, &t, &n)) return -1;
-  if (t->device.device_type != kDLCPU) {
+  if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDA) {
     char what[200];
-    snprintf(what, sizeof(what), "seed must be a CPU tensor (the seed is written from the host), got device type %d",
+    snprintf(what, sizeof(what), "seed must be a CPU or CUDA tensor, got device type %d",
              (int)t->device.device_type);
     return kl_tvm_errf("ValueError", fn, what);
   }
@@ -155,10 +156,18 @@ int kl_tvm_fresh_seed(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAn
     if (atomic_compare_exchange_strong(&g_key, &expected, mine)) key = mine;
     else key = expected;
   }
-  const uint64_t c = atomic_fetch_add_explicit(&g_counter, 1, memory_order_relaxed);
-  /* for a fixed key and process, a bijection of the counter: never repeats */
-  const uint64_t seed = mix64(key ^ mix64((uint64_t)getpid()) ^ 0x9e3779b97f4a7c15ULL) + c;
-  const uint64_t out = mix64(seed);
-  memcpy((char*)t->data + t->byte_offset, &out, sizeof(out));
+  /* for a fixed key and process, a bijection of a counter: never repeats; each CUDA
+   * device counts on the device (a captured graph's replays draw anew) from its own
+   * base, so its seeds are not the host's */
+  const uint64_t base = mix64(key ^ mix64((uint64_t)getpid()) ^ 0x9e3779b97f4a7c15ULL);
+  int64_t* out = (int64_t*)(void*)((char*)t->data + t->byte_offset);
+  if (t->device.device_type == kDLCUDA) {
+    const int id = t->device.device_id;
+    const kl_status st = kl_cuda_fresh_seed(base ^ mix64(0x100u + (uint64_t)id), out, id,
+                                            kl_tvm_stream(kDLCUDA, id));
+    return st ? kl_tvm_errf("RuntimeError", fn, *kl_last_error() ? kl_last_error() : kl_status_str(st)) : 0;
+  }
+  const uint64_t s = mix64(base + atomic_fetch_add_explicit(&g_counter, 1, memory_order_relaxed));
+  memcpy(out, &s, sizeof(s));
   return 0;
 }
