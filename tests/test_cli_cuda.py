@@ -119,3 +119,21 @@ def test_arch_compatibility():
     assert not _cuda.arch_runs("sm_90a", "sm_100a") and not _cuda.arch_runs("sm_90a", "sm_80")
     assert _cuda.arch_runs("sm_80", "sm_86") and not _cuda.arch_runs("sm_86", "sm_80")
     assert not _cuda.arch_runs("sm_80", "sm_90a") and _cuda.arch_runs("sm_100", "sm_103")
+
+
+def test_cuda_build_compiles_without_fast_math(monkeypatch):
+    """TVM's nvcc default --use_fast_math turns powf(x, 3) into NaN for x < 0 (ALBERT's
+    GELU: all of bert's output on an H200): builds run with it off, and the environment
+    is restored after."""
+    _need_nvcc()
+    seen = {}
+
+    def fake_compile(mod, target=None, **kw):
+        seen["env"] = os.environ.get("TVM_CUDA_NVCC_NO_FAST_MATH")
+        seen["mode"] = os.environ.get("TVM_CUDA_COMPILE_MODE")
+        return "ex"
+    monkeypatch.setattr(tvm, "compile", fake_compile)
+    monkeypatch.delenv("TVM_CUDA_NVCC_NO_FAST_MATH", raising=False)
+    assert _cuda.build(tvm.IRModule({}), {"kind": "cuda", "arch": "sm_90a"}, cuda_graph=False) == "ex"
+    assert seen == {"env": "1", "mode": "nvcc"}
+    assert "TVM_CUDA_NVCC_NO_FAST_MATH" not in os.environ

@@ -91,7 +91,7 @@ BAD = [
     (["--no-weights", "--num-threads", "0"], "--num-threads"),
     (["--no-weights", "--num-threads", "513"], "--num-threads must be at most 512"),
     (["--no-weights", "--tolerance", "0"], "--tolerance must be positive"),
-    (["--no-weights", "--target", "cuda"], "unsupported target kind 'cuda'"),
+    (["--no-weights", "--target", "rocm"], "unsupported target kind 'rocm'"),
     (["--no-weights", "--target", "metal-macos"], "needs macOS with Metal"),
     (["--no-weights", "--target", "webgpu"], "unsupported target kind 'webgpu'"),
     (["--no-weights", "--dense-method", "mkl"], "invalid choice"),

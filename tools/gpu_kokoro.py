@@ -26,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 SEED = 1234
 COMPONENTS = ["bert", "duration", "f0n", "text_encoder"]
@@ -122,9 +122,12 @@ def _torch_eager(d, meta, rounds):
     import numpy as np
     import torch
 
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from _kmodel import import_kokoro  # misaki stubbed where it is missing
     from deploy import tts
     import kokoro_lstm.torch_ops as ko
 
+    import_kokoro()
     ids = torch.tensor([[int(t) for t in open(os.path.join(d, "ids.txt")).read().split(",")]])
     ref_s = torch.from_numpy(np.fromfile(os.path.join(d, "ref_s.f32"), "<f4")).reshape(1, 256)
     models = {}

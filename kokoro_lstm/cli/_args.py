@@ -75,10 +75,10 @@ def check_writable_dir(path, flag):
 
 _LIST_ATTRS = ("mattr", "keys", "libs", "cl-opt")
 
-TARGET_HELP = ('TVM target (default llvm): llvm, an llvm variant such as "llvm -mcpu=znver4", '
-               'or cuda ("cuda -arch=sm_90a"; without -arch the GPU\'s here; compiled with '
-               "nvcc into cubin, no GPU needed; or a JSON object); metal-macos / metal-ios "
-               "need macOS with Metal")
+TARGET_HELP = ('TVM target: llvm, an llvm variant such as "llvm -mcpu=znver4", or cuda '
+               '("cuda -arch=sm_90a"; without -arch the GPU\'s here; compiled with nvcc into '
+               "cubin, no GPU needed), or a JSON object; metal-macos / metal-ios need macOS "
+               "with Metal")
 DENSE_HELP = ("lowering of the convolutions and products: native (default on CPUs; the "
               "kokoro_lstm engine's OpenBLAS externs, linked into the library) or tvm (TVM's "
               "own: on CPUs self-contained untuned loops, 20-90x slower; on cuda the default "
