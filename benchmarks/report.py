@@ -50,6 +50,8 @@ SOURCES = [
      ["compile_h200_t64.json", "compile_h200_t256.json"]),
     ("compile", "CUDA: the patched KModel compiled in a fresh process",
      ["compile_h200_patched_t64.json"]),
+    ("tvm-cuda", "CUDA: the whole Kokoro from TVM CUDA artifacts vs PyTorch eager",
+     ["kokoro_tvm_cuda_h200.json"]),
 ]
 
 
@@ -285,7 +287,32 @@ def render_compile(docs: list, names: list, results_dir: str) -> list[str]:
     return lines + [""]
 
 
-RENDER = {"compile": render_compile, "lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
+def tvm_cuda_table(d: dict) -> list[str]:
+    """The runner's wall and GPU ms against PyTorch eager's, and the runner's GPU ms by op."""
+    eager = d["rows"][1]["median_ms"]
+    lines = [f"{d['device']} (torch {d['torch']}), {d['tokens']} tokens ({d['frames']} frames), "
+             f"one random Kokoro-82M (`{d['script'].split()[0]}`), wall ms per synthesis, medians "
+             f"and minima; GPU ms and launches of one synthesis (ncu, torch.profiler); audio "
+             f"within {d['audio_max_abs_err_vs_kmodel_cpu']:.1e} of KModel's on the CPU:", "",
+             "| variant | median ms | min ms | × eager | GPU ms | launches |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in d["rows"]:
+        gpu = "-" if r["gpu_ms"] is None else f"{r['gpu_ms']:.1f}"
+        lines.append(f"| {r['variant']} | {r['median_ms']:.1f} | {r['min_ms']:.1f} | "
+                     f"{eager / r['median_ms']:.2f}× | {gpu} | {r['launches'] or '-'} |")
+    ops = ", ".join(f"{o['op']} {o['ms']:.1f}" for o in d["runner_gpu_by_op"])
+    return lines + ["", f"The runner's GPU ms by op: {ops}."]
+
+
+def render_tvm_cuda(docs: list, names: list, results_dir: str) -> list[str]:
+    return tvm_cuda_table(docs[0]) + ["", f"`results/{names[0]}`.", ""]
+
+
+def block_tvm_cuda(results_dir: str) -> list[str]:
+    return tvm_cuda_table(_load(results_dir, "kokoro_tvm_cuda_h200.json"))
+
+
+RENDER = {"tvm-cuda": render_tvm_cuda, "compile": render_compile, "lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
           "kmodel": render_kmodel, "kokoro": render_kokoro, "tvm": render_tvm, "cuda": render_cuda}
 
 
@@ -450,7 +477,7 @@ def block_encoder(results_dir: str) -> list[str]:
     return lines
 
 
-DOC_BLOCKS = {"lstm": block_lstm, "kokoro": block_kokoro, "cuda": block_cuda,
+DOC_BLOCKS = {"tvm-cuda": block_tvm_cuda, "lstm": block_lstm, "kokoro": block_kokoro, "cuda": block_cuda,
               "compile": block_compile, "procs-zen4": block_procs_zen4,
               "procs-xeon16": block_procs_xeon16, "encoder": block_encoder}
 BLOCK = re.compile(r"(<!-- report\.py: ([\w-]+) -->\n)(.*?)(<!-- end report\.py: \2 -->)", re.S)

@@ -213,6 +213,12 @@ def run(args):
     os.makedirs(args.out, exist_ok=True)
     _unpack(d)
     meta = json.load(open(os.path.join(d, "meta.json")))
+    if args.skip_runner:
+        result = {"meta": meta, "torch": _torch_eager(d, meta, args.rounds)}
+        with open(os.path.join(args.out, "gpu_kokoro.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(result["torch"], indent=1))
+        return
     lib = os.path.join(d, "lib")
     exe = os.path.join(args.out, "kokoro_tts")
     cmd = runner_command(["g++"], exe, [os.path.join(d, "include")],
@@ -257,10 +263,11 @@ def run(args):
     if r.returncode == 0 and args.ncu:
         one = call[:call.index("--repeat")] + ["--repeat", "1"]
         result["runner_kernels"] = _ncu_kernels(one, env, args.out)
-    try:
-        result["torch"] = _torch_eager(d, meta, args.rounds)
-    except Exception as e:  # noqa: BLE001 - report and keep the runner's numbers
-        result["torch_error"] = f"{type(e).__name__}: {e}"
+    if args.rounds:
+        try:
+            result["torch"] = _torch_eager(d, meta, args.rounds)
+        except Exception as e:  # noqa: BLE001 - report and keep the runner's numbers
+            result["torch_error"] = f"{type(e).__name__}: {e}"
     with open(os.path.join(args.out, "gpu_kokoro.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: v for k, v in result.items() if not k.startswith("runner_std")},
@@ -281,6 +288,7 @@ def main():
     r.add_argument("--repeat", type=int, default=10)
     r.add_argument("--rounds", type=int, default=10)
     r.add_argument("--ncu", action="store_true", help="the runner's kernels by ncu")
+    r.add_argument("--skip-runner", action="store_true", help="PyTorch eager only")
     args = ap.parse_args()
     build(args) if args.cmd == "build" else run(args)
 
