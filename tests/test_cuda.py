@@ -664,6 +664,33 @@ def test_activations_within_5e7(path):
         assert np.abs(got[ok] - want[ok]).max() <= 5e-7
 
 
+@gpu
+def test_gate_bias_on_cuda(path):
+    """A per-call gate bias [D, B, 4H] on layer 0 (the gated op of port-encoder's style
+    fold) is b_ih for that row and direction: each row against the float64 oracle with
+    the bias folded into its b_ih, packed lengths and states included."""
+    rng = np.random.default_rng(21)
+    L, D, H, B = 2, 2, 32, 3
+    x, ws, h0, c0, ln = _case(rng, 24, H, L, D, 0, B, 11, lengths=True)
+    gb = rng.standard_normal((D, B, 4 * H)) * 0.5
+    t = lambda a: torch.as_tensor(np.asarray(a, np.float32), device="cuda")  # noqa: E731
+    y = torch.full((11, B, D * H), float("nan"), device="cuda")
+    h_n, c_n = (torch.full((L * D, B, H), float("nan"), device="cuda") for _ in range(2))
+    _core.forward(t(x), np.asarray(ln, np.int64), t(h0), t(c0), [t(w) for w in ws], y, h_n, c_n,
+                  num_layers=L, bidirectional=True, has_bias=True, gate_bias=t(gb),
+                  stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    for b in range(B):
+        wb = [np.array(w) for w in ws]
+        for d in range(D):
+            wb[d * 4 + 2] = wb[d * 4 + 2] + gb[d, b]  # layer 0's b_ih, direction d
+        ry, rh, rc = _ref(x[:, b:b + 1], wb, L, D, H, 0, True, h0[:, b:b + 1], c0[:, b:b + 1],
+                          ln[b:b + 1], False)
+        assert np.abs(y[:, b:b + 1].double().cpu().numpy() - ry).max() <= 2e-6
+        assert np.abs(h_n[:, b:b + 1].double().cpu().numpy() - rh).max() <= 2e-6
+        assert np.abs(c_n[:, b:b + 1].double().cpu().numpy() - rc).max() <= 2e-6
+
+
 # -- counter-based noise on the GPU (src/cuda/random.cu) --------------------------------
 RANDOM_SIZES = [1, 3, 4, 5, 1000, (1 << 20) + 3]
 
