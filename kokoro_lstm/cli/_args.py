@@ -148,6 +148,9 @@ def _check_cuda(spec, target):
         _cuda.require_nvcc()
     except RuntimeError as e:
         raise UsageError(str(e)) from None
+    # CUDA's static shared-memory limit per block on every architecture: the value dlight
+    # assumes anyway, named so that it does not warn once per kernel
+    spec = dict(spec, max_shared_memory_per_block=spec.get("max_shared_memory_per_block", 49152))
     if spec.get("arch"):
         return spec
     arch = _cuda.local_arch()

@@ -201,13 +201,15 @@ def _lower(ep, frames, opts, dump):
     if dump:
         from tvm import relax
         from tvm.relax.backend.cpu_generic import pipeline as cpu
+        from tvm.relax.backend.cuda import pipeline as cuda
 
         tgt = tvm.target.Target(opts["target"])
+        passes = cuda if tgt.kind.name == "cuda" else cpu  # the build's own pipeline
         with tgt:
             dec = relax.transform.DecomposeOpsForInference()(mod)
             _write(dump["decomposed"], dec.script())
-            leg = tvm.transform.Sequential(cpu.library_dispatch_passes(tgt)
-                                           + cpu.legalize_passes(tgt))(mod)
+            leg = tvm.transform.Sequential(passes.library_dispatch_passes(tgt)
+                                           + passes.legalize_passes(tgt))(mod)
             _write(dump["legalized"], leg.script())
     return mod, rewrites
 
