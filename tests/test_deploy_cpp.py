@@ -128,9 +128,9 @@ def test_tvm_cuda_artifact_builds(tmp_path):
     """tools/gpu_deploy.py compiles the native lowering for target cuda (pip's nvcc, no
     GPU) into a library whose CUDA kernels are saved compiled (the GPU suite's C++
     runner test runs what it builds, without Python)."""
-    from deploy.artifacts import pip_nvcc_dir
+    from kokoro_lstm.tvm import _cuda
 
-    if not shutil.which("nvcc") and pip_nvcc_dir() is None:
+    if _cuda.nvcc_dir() is None:
         msg = "no nvcc (pip install nvidia-cuda-nvcc)"
         if REQUIRE:
             pytest.fail(msg + " (KOKORO_LSTM_REQUIRE=1: this test must run)")

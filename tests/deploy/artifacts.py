@@ -131,87 +131,18 @@ def runner_command(cxx, exe, incs, libs, rpath=True, source=RUNNER_SOURCE, opt="
     return cmd
 
 
-def pip_nvcc_dir():
-    """The bin folder of the nvidia-cuda-nvcc wheel (CUDA 13: nvidia/cu13/bin), or None."""
-    try:
-        import nvidia
-    except ImportError:
-        return None
-    for root in getattr(nvidia, "__path__", []):
-        for sub in ("cu13", "cuda_nvcc"):
-            d = os.path.join(root, sub, "bin")
-            if os.path.exists(os.path.join(d, "nvcc")):
-                return d
-    return None
-
-
-def _cuda_codegen_runtime():
-    """Load TVM's CUDA runtime (libtvm_runtime_cuda.so) into this process so that its
-    module factory compiles the generated CUDA source to a binary (nvcc) at build time;
-    without it TVM stores the source, which only a Python process can compile at load.
-    On a machine without a GPU driver, the runtime's driver symbols come from a stub
-    libcuda.so.1 built here (as CUDA toolkits ship one for linking): nothing calls it.
-    Run in a process of its own (tools/gpu_deploy.py): the stub stays loaded."""
-    import ctypes
-    import subprocess
-    import tempfile
-
-    import tvm
-    import tvm_ffi
-
-    if tvm_ffi.get_global_func("ffi.Module.create.cuda", allow_missing=True) is not None:
-        return
-    rt = os.path.join(os.path.dirname(os.path.abspath(tvm.__file__)), "lib",
-                      "libtvm_runtime_cuda.so")
-    try:
-        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
-    except OSError:
-        syms = subprocess.run(["nm", "-D", "--undefined-only", rt], capture_output=True,
-                              text=True, check=True).stdout.split()
-        syms = sorted({s for s in syms if s.startswith("cu") and s[2:3].isupper()})
-        d = tempfile.mkdtemp(prefix="kl-cuda-stub-")
-        src = os.path.join(d, "stub.c")
-        with open(src, "w") as f:  # CUDA_ERROR_NO_DEVICE from every entry
-            f.write("".join(f"int {s}(void) {{ return 100; }}\n" for s in syms))
-        so = os.path.join(d, "libcuda.so.1")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-o", so, src, "-Wl,-soname,libcuda.so.1"],
-                       check=True)
-        ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)
-    cudart = None
-    for root in __import__("nvidia").__path__:
-        for sub in ("cu13/lib", "cuda_runtime/lib"):
-            if os.path.exists(os.path.join(root, sub, "libcudart.so.13")):
-                cudart = os.path.join(root, sub, "libcudart.so.13")
-    if cudart is None:
-        raise RuntimeError("no libcudart.so.13: pip install nvidia-cuda-runtime (CUDA 13)")
-    ctypes.CDLL(cudart, mode=ctypes.RTLD_GLOBAL)
-    ctypes.CDLL(rt, mode=ctypes.RTLD_GLOBAL)
-    if tvm_ffi.get_global_func("ffi.Module.create.cuda", allow_missing=True) is None:
-        raise RuntimeError(f"{rt} did not register its CUDA module factory")
-
-
 def compile_cuda(ep, arch="sm_90a"):
     """The ``native`` lowering of ``ep`` compiled by TVM for target cuda with nvcc (the
-    nvidia-cuda-nvcc wheel's when no nvcc is on PATH) into a binary CUDA module: a
-    Relax executable whose LSTMs call the engine on CUDA tensors."""
-    import shutil
-
-    import tvm
-    import tvm.support.nvcc  # noqa: F401 - registers tvm_callback_cuda_compile
-
+    nvidia-cuda-nvcc wheel's when no nvcc is on PATH) into a binary CUDA module
+    (:func:`kokoro_lstm.tvm._cuda.build`, no CUDA graph): a Relax executable whose LSTMs
+    call the engine on CUDA tensors. Run in a process of its own (tools/gpu_deploy.py):
+    where no driver is, the compile-time driver stub stays loaded."""
     import kokoro_lstm.tvm as kt
+    from kokoro_lstm.tvm import _cuda
 
-    if not shutil.which("nvcc"):
-        d = pip_nvcc_dir()
-        if d is None:
-            raise RuntimeError("no nvcc: pip install nvidia-cuda-nvcc (CUDA 13)")
-        os.environ["PATH"] = d + os.pathsep + os.environ.get("PATH", "")
-    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
-    _cuda_codegen_runtime()
-    mod = kt.from_exported_program(ep, lstm_method="native")
-    target = tvm.target.Target({"kind": "cuda", "arch": arch})
-    with target:  # the compile callback reads the architecture from the current target
-        return tvm.compile(mod, target=target)
+    target = {"kind": "cuda", "arch": arch}
+    mod = kt.from_exported_program(ep, lstm_method="native", target=target)
+    return _cuda.build(mod, target, cuda_graph=False)
 
 
 def cuda_module_format(path):
