@@ -15,6 +15,7 @@ import time
 import traceback
 import warnings
 
+from .._environ import scoped
 from ._components import UsageError
 
 # TVM's C++ log lines repeated hundreds of times per build (harmless here).
@@ -195,33 +196,26 @@ def _threads(n):
     if not n:
         yield
         return
-    saved_env = {v: os.environ.get(v) for v in _THREAD_VARS}
-    for v in _THREAD_VARS:
-        os.environ[v] = str(n)
     import torch
 
-    saved_torch = torch.get_num_threads()
-    torch.set_num_threads(n)
-    config = None
-    try:
-        import tvm
-
-        config = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
-        if config is not None:
-            config(0, n)
-    except Exception:  # noqa: BLE001 - best effort: the env var applies to new pools
+    with scoped({v: str(n) for v in _THREAD_VARS}) as saved_env:
+        saved_torch = torch.get_num_threads()
+        torch.set_num_threads(n)
         config = None
-    try:
-        yield
-    finally:
-        for v, val in saved_env.items():
-            if val is None:
-                os.environ.pop(v, None)
-            else:
-                os.environ[v] = val
-        torch.set_num_threads(saved_torch)
-        if config is not None:
-            try:
-                config(0, int(saved_env["TVM_NUM_THREADS"] or 0))
-            except Exception:  # noqa: BLE001
-                pass
+        try:
+            import tvm
+
+            config = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
+            if config is not None:
+                config(0, n)
+        except Exception:  # noqa: BLE001 - best effort: the env var applies to new pools
+            config = None
+        try:
+            yield
+        finally:
+            torch.set_num_threads(saved_torch)
+            if config is not None:
+                try:
+                    config(0, int(saved_env["TVM_NUM_THREADS"] or 0))
+                except Exception:  # noqa: BLE001
+                    pass

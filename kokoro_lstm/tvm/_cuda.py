@@ -13,9 +13,10 @@ as cubin, the whole main function captured as one Relax CUDA graph.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
+
+from .._environ import scoped
 
 __all__ = ["nvcc_dir", "require_nvcc", "local_arch", "codegen_runtime", "build", "device",
            "is_cuda", "target_arch", "stage_inputs"]
@@ -100,14 +101,25 @@ def arch_runs(arch, gpu) -> bool:
     return (m, n) == (gm, gn) if specific else (m == gm and n <= gn)
 
 
+def nvidia_lib_dir(name):
+    """The folder of the NVIDIA wheels (CUDA 13's nvidia/cu13/lib, or the older
+    per-library folders) that holds the library ``name``, or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13/lib", "cuda_runtime/lib", "cuda_nvrtc/lib"):
+            if os.path.exists(os.path.join(root, sub, name)):
+                return os.path.join(root, sub)
+    return None
+
+
 def _cudart():
-    for root in __import__("nvidia").__path__:
-        for sub in ("cu13/lib", "cuda_runtime/lib"):
-            path = os.path.join(root, sub, "libcudart.so.13")
-            if os.path.exists(path):
-                return path
-    raise RuntimeError("no libcudart.so.13 for TVM's CUDA runtime: pip install "
-                       "nvidia-cuda-runtime (CUDA 13)")
+    d = nvidia_lib_dir("libcudart.so.13")
+    if d is None:
+        raise RuntimeError("no libcudart.so.13 for TVM's CUDA runtime: pip install "
+                           "nvidia-cuda-runtime (CUDA 13)")
+    return os.path.join(d, "libcudart.so.13")
 
 
 def _driver_stub(rt):
@@ -152,25 +164,12 @@ def codegen_runtime():
         raise RuntimeError(f"{rt} did not register its CUDA module factory")
 
 
-@contextlib.contextmanager
 def _nvcc_env(bin_dir):
     """PATH with ``bin_dir`` first and TVM's compile callback set to nvcc without fast
-    math, for the block's length only (the callback reads these when it runs)."""
-    saved = {k: os.environ.get(k) for k in ("PATH", "TVM_CUDA_COMPILE_MODE",
-                                            "TVM_CUDA_NVCC_NO_FAST_MATH")}
-    os.environ["PATH"] = bin_dir + os.pathsep + (saved["PATH"] or "")
-    os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
-    # --use_fast_math (TVM's default) makes powf(x, 3) NaN for x < 0 (exp2(3 log2 x)):
-    # ALBERT's GELU, the whole of bert's output, on an H200
-    os.environ["TVM_CUDA_NVCC_NO_FAST_MATH"] = "1"
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    math, for the block's length only (the callback reads these when it runs). Fast
+    math would turn powf(x, 3) into exp2(3 log2 x): NaN for x < 0."""
+    return scoped({"PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+                   "TVM_CUDA_COMPILE_MODE": "nvcc", "TVM_CUDA_NVCC_NO_FAST_MATH": "1"})
 
 
 def build(mod, target, *, cuda_graph=True):
