@@ -18,6 +18,7 @@ import pytest
 
 import kokoro_lstm
 from kokoro_lstm import _core, reference
+from kokoro_lstm.tvm._cuda import nvidia_lib_dir
 from conftest import REQUIRE, require
 
 
@@ -551,17 +552,6 @@ DEPLOY_DIR = os.environ.get("KOKORO_LSTM_GPU_DEPLOY",
                             os.path.join(os.path.dirname(__file__), "..", "build-c", "gpu-deploy"))
 
 
-def _nvidia_lib_dir(name):
-    import importlib.util
-
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub in ("cu13/lib", "cuda_runtime/lib"):
-            if os.path.exists(os.path.join(root, sub, name)):
-                return os.path.join(root, sub)
-    return None
-
-
 @pytest.fixture(scope="module")
 def gpu_runner(tmp_path_factory):
     """The runner built against the TVM runtime of tools/gpu_deploy.py's folder (built on
@@ -588,7 +578,7 @@ def gpu_runner(tmp_path_factory):
                          [os.path.join(lib, "libtvm_ffi.so"), os.path.join(lib, "libtvm_runtime.so")])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"building the runner failed:\n{' '.join(cmd)}\n{r.stderr}"
-    cudart = _nvidia_lib_dir("libcudart.so.13")
+    cudart = nvidia_lib_dir("libcudart.so.13")
     assert cudart, "no libcudart.so.13 (nvidia-cuda-runtime) for TVM's CUDA runtime"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["LD_LIBRARY_PATH"] = os.pathsep.join([lib, cudart])

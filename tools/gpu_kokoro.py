@@ -102,18 +102,17 @@ def _unpack(d):
 
 
 def _nvidia_dir(name):
+    """A CUDA toolkit's or the system's folder holding ``name``, else the NVIDIA wheels'."""
     import glob
+
+    from kokoro_lstm.tvm._cuda import nvidia_lib_dir
 
     for pat in ("/usr/local/cuda*/lib64", "/usr/local/cuda*/targets/*/lib",
                 "/usr/lib/x86_64-linux-gnu"):
         for d in sorted(glob.glob(pat)):
             if os.path.exists(os.path.join(d, name)):
                 return d
-    for p in sys.path:
-        for sub in ("nvidia/cu13/lib", "nvidia/cuda_runtime/lib", "nvidia/cuda_nvrtc/lib"):
-            if os.path.exists(os.path.join(p, sub, name)):
-                return os.path.join(p, sub)
-    return None
+    return nvidia_lib_dir(name)
 
 
 def _torch_eager(d, meta, rounds):
