@@ -320,13 +320,24 @@ static int get_kernels(const kl_cu_api* cu, CUmodule mod, int with_cluster, kl_c
   return 0;
 }
 
-kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int ndefines) {
-  const kl_cu_api* cu = kl_cu();
-  const kl_nvrtc_api* nv = cu ? kl_nvrtc() : NULL;
+/* The driver, NVRTC, the device's target and program's module key for these
+ * defines; NULL (the error set) without the driver or NVRTC. */
+static const kl_nvrtc_api* keyed(int program, CUdevice dev, const char* const* defines, int ndefines,
+                                 const kl_cu_api** cu, target* t, uint64_t key[2]) {
+  *cu = kl_cu();
+  const kl_nvrtc_api* nv = *cu ? kl_nvrtc() : NULL;
   if (!nv) return NULL;
-  const target t = target_of(cu, nv, dev);
+  *t = target_of(*cu, nv, dev);
+  module_key(program, t, defines, ndefines, key);
+  return nv;
+}
+
+kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int ndefines) {
+  const kl_cu_api* cu;
+  target t;
   uint64_t key[2];
-  module_key(KL_CUDA_PROGRAM_LSTM, &t, defines, ndefines, key);
+  const kl_nvrtc_api* nv = keyed(KL_CUDA_PROGRAM_LSTM, dev, defines, ndefines, &cu, &t, key);
+  if (!nv) return NULL;
   pthread_mutex_lock(&g_lock);
   kl_module_entry* e = find_locked(dev, key);
   pthread_mutex_unlock(&g_lock);
@@ -366,11 +377,9 @@ kl_cuda_kernels* kl_cuda_module(CUdevice dev, const char* const* defines, int nd
 }
 
 CUmodule kl_cuda_load(int program, CUdevice dev, const char* const* defines, int ndefines) {
-  const kl_cu_api* cu = kl_cu();
-  const kl_nvrtc_api* nv = cu ? kl_nvrtc() : NULL;
-  if (!nv) return NULL;
-  const target t = target_of(cu, nv, dev);
+  const kl_cu_api* cu;
+  target t;
   uint64_t key[2];
-  module_key(program, &t, defines, ndefines, key);
-  return load_module(cu, nv, program, &t, key, defines, ndefines);
+  const kl_nvrtc_api* nv = keyed(program, dev, defines, ndefines, &cu, &t, key);
+  return nv ? load_module(cu, nv, program, &t, key, defines, ndefines) : NULL;
 }

@@ -94,6 +94,31 @@ static kl_status launch(const kl_cu_api* cu, CUfunction f, int dist, const int64
   return KL_OK;
 }
 
+/* The device's noise module with its context made current (leave() pops it), or NULL
+ * with the error set and nothing current. */
+static const random_module* enter(const kl_cu_api** cu_out, int device_id) {
+  const kl_cu_api* cu = *cu_out = kl_cu();
+  const kl_cuda_device* dv = cu ? kl_cuda_device_get(cu, device_id) : NULL;
+  if (!dv) return NULL;
+  const CUresult r = cu->CtxPushCurrent(dv->ctx);
+  if (r) {
+    kl_cu_fail(r, "CUDA: cannot make device %d's context current", device_id);
+    return NULL;
+  }
+  const random_module* m = random_module_get(cu, dv);
+  if (!m) {
+    CUcontext popped;
+    cu->CtxPopCurrent(&popped);
+  }
+  return m;
+}
+
+static kl_status leave(const kl_cu_api* cu, kl_status st) {
+  CUcontext popped;
+  cu->CtxPopCurrent(&popped);
+  return st;
+}
+
 kl_status kl_cuda_random(int dist, const int64_t* seed, uint64_t stream, int64_t n, float* y, int device_id,
                          void* cu_stream) {
   if (dist != KL_RANDOM_UNIFORM && dist != KL_RANDOM_NORMAL)
@@ -101,36 +126,21 @@ kl_status kl_cuda_random(int dist, const int64_t* seed, uint64_t stream, int64_t
   if (n < 0 || n > ((int64_t)1 << 62) || (n > 0 && (!y || !seed)) || device_id < 0)
     return kl_fail("random: need 0 <= n <= 2^62, the seed and an output in device memory, device_id >= 0");
   if (n == 0) return KL_OK;
-  const kl_cu_api* cu = kl_cu();
-  if (!cu) return KL_ERR_DEVICE;
-  const kl_cuda_device* dv = kl_cuda_device_get(cu, device_id);
-  if (!dv) return KL_ERR_DEVICE;
-  KL_CU_TRY(cu->CtxPushCurrent(dv->ctx), "CUDA: cannot make device %d's context current", device_id);
-  const random_module* m = random_module_get(cu, dv);
-  const kl_status st = m ? launch(cu, m->f, dist, seed, stream, n, y, device_id, (CUstream)cu_stream)
-                         : KL_ERR_DEVICE;
-  CUcontext popped;
-  cu->CtxPopCurrent(&popped);
-  return st;
+  const kl_cu_api* cu;
+  const random_module* m = enter(&cu, device_id);
+  if (!m) return KL_ERR_DEVICE;
+  return leave(cu, launch(cu, m->f, dist, seed, stream, n, y, device_id, (CUstream)cu_stream));
 }
 
 kl_status kl_cuda_fresh_seed(uint64_t base, int64_t* out, int device_id, void* cu_stream) {
   if (!out || device_id < 0) return kl_fail("fresh seed: need an output in device memory, device_id >= 0");
-  const kl_cu_api* cu = kl_cu();
-  if (!cu) return KL_ERR_DEVICE;
-  const kl_cuda_device* dv = kl_cuda_device_get(cu, device_id);
-  if (!dv) return KL_ERR_DEVICE;
-  KL_CU_TRY(cu->CtxPushCurrent(dv->ctx), "CUDA: cannot make device %d's context current", device_id);
-  const random_module* m = random_module_get(cu, dv);
-  kl_status st = m ? KL_OK : KL_ERR_DEVICE;
-  if (m) {
-    unsigned long long b = base;
-    CUdeviceptr counter = m->counter;
-    void* params[] = {&out, &b, &counter};
-    const CUresult r = cu->LaunchKernel(m->fresh, 1, 1, 1, 1, 1, 1, 0, (CUstream)cu_stream, params, NULL);
-    if (r) st = kl_cu_fail(r, "CUDA: launching the fresh-seed kernel on device %d failed", device_id);
-  }
-  CUcontext popped;
-  cu->CtxPopCurrent(&popped);
-  return st;
+  const kl_cu_api* cu;
+  const random_module* m = enter(&cu, device_id);
+  if (!m) return KL_ERR_DEVICE;
+  unsigned long long b = base;
+  CUdeviceptr counter = m->counter;
+  void* params[] = {&out, &b, &counter};
+  const CUresult r = cu->LaunchKernel(m->fresh, 1, 1, 1, 1, 1, 1, 0, (CUstream)cu_stream, params, NULL);
+  return leave(cu, r ? kl_cu_fail(r, "CUDA: launching the fresh-seed kernel on device %d failed", device_id)
+                     : KL_OK);
 }

@@ -10,8 +10,8 @@
 // The only difference from the CPU is the math library: CUDA's double log, sin and
 // cos are within 1-2 ulp, glibc's almost always correctly rounded, and the last bits
 // of a double only change the float it rounds to when it lies within a few ulp of
-// a float midpoint. There (one element in millions) kl_exact recomputes log, cos and
-// sin in double-double and rounds them once, as a correctly rounded library does.
+// a float midpoint. There kl_exact recomputes log, cos and sin in double-double and
+// rounds them once, as a correctly rounded library does.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
