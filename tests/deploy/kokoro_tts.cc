@@ -51,6 +51,8 @@
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
+#include "tensors.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
@@ -73,6 +75,9 @@
 #include <vector>
 
 namespace ffi = tvm::ffi;
+using kl_deploy::CopyTo;
+using kl_deploy::CPUAlloc;
+using kl_deploy::Flatten;
 
 namespace {
 
@@ -82,15 +87,6 @@ struct UsageError : std::runtime_error {
   explicit UsageError(const std::string& what, bool usage = true)
       : std::runtime_error(what), show_usage(usage) {}
   bool show_usage;
-};
-
-struct CPUAlloc {
-  void AllocData(DLTensor* t) {
-    size_t n = ffi::GetDataSize(*t);
-    t->data = std::malloc(n ? n : 1);
-    if (t->data == nullptr) throw std::bad_alloc();
-  }
-  void FreeData(DLTensor* t) { std::free(t->data); }
 };
 
 constexpr DLDataType kF32{kDLFloat, 32, 1};
@@ -129,41 +125,6 @@ ffi::Tensor Expect(const ffi::Tensor& t, const std::vector<int64_t>& shape, cons
     throw std::runtime_error(std::string(what) + ": expected a contiguous float32 CPU tensor " +
                              ShapeStr(shape) + ", got shape " + ShapeStr(Shape(t)));
   return t;
-}
-
-// The tensors of a function's result: a tensor, or a (nested) tuple of tensors.
-void Flatten(const ffi::Any& v, std::vector<ffi::Tensor>* out) {
-  if (auto t = v.as<ffi::Tensor>()) {
-    out->push_back(*t);
-  } else if (auto a = v.as<ffi::Array<ffi::Any>>()) {
-    for (const ffi::Any& x : *a) Flatten(x, out);
-  } else {
-    throw std::runtime_error("output of type " + v.GetTypeKey() + " is not a tensor or tuple");
-  }
-}
-
-// A copy of `t` on `dev` (through TVM's device API; a copy to the host synchronizes), or `t`
-// itself when it is there already.
-ffi::Tensor CopyTo(const ffi::Tensor& t, DLDevice dev) {
-  const DLTensor& d = *t.GetDLTensorPtr();
-  if (d.device.device_type == dev.device_type && d.device.device_id == dev.device_id) return t;
-  ffi::Tensor out;
-  ffi::ShapeView shape(d.shape, d.ndim);
-  if (dev.device_type == kDLCPU) {
-    out = ffi::Tensor::FromNDAlloc(CPUAlloc(), shape, d.dtype, dev);
-  } else {
-    static const ffi::Function alloc =
-        ffi::Function::GetGlobalRequired("runtime.TVMTensorAllocWithScope");
-    out = alloc(ffi::Shape(d.shape, d.shape + d.ndim), d.dtype, dev, ffi::Optional<ffi::String>())
-              .cast<ffi::Tensor>();
-  }
-  static const ffi::Function copy = ffi::Function::GetGlobalRequired("runtime.TVMTensorCopyFromTo");
-  copy(t, out);
-  if (dev.device_type == kDLCPU) {
-    static const ffi::Function sync = ffi::Function::GetGlobalRequired("runtime.Device_StreamSync");
-    sync(d.device, static_cast<int64_t>(0));
-  }
-  return out;
 }
 
 // Waits for the work queued on `dev`'s default stream (the VM's kernels and copies).

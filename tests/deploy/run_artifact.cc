@@ -26,6 +26,8 @@
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
+#include "tensors.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -41,17 +43,11 @@
 #include <vector>
 
 namespace ffi = tvm::ffi;
+using kl_deploy::CopyTo;
+using kl_deploy::CPUAlloc;
+using kl_deploy::Flatten;
 
 namespace {
-
-struct CPUAlloc {
-  void AllocData(DLTensor* t) {
-    size_t n = ffi::GetDataSize(*t);
-    t->data = std::malloc(n ? n : 1);
-    if (t->data == nullptr) throw std::bad_alloc();
-  }
-  void FreeData(DLTensor* t) { std::free(t->data); }
-};
 
 struct Entry {
   std::string role, file, dtype;
@@ -153,41 +149,6 @@ DLDevice ParseDevice(const std::string& s) {
     return DLDevice{kDLCUDA, id};
   }
   throw std::runtime_error("bad device '" + s + "' (cpu, cuda or cuda:N)");
-}
-
-// A copy of `t` on `dev` (through TVM's device API; the copy to the host synchronizes).
-ffi::Tensor CopyTo(const ffi::Tensor& t, DLDevice dev) {
-  const DLTensor& d = *t.GetDLTensorPtr();
-  if (d.device.device_type == dev.device_type && d.device.device_id == dev.device_id) return t;
-  ffi::Tensor out;
-  ffi::ShapeView shape(d.shape, d.ndim);
-  if (dev.device_type == kDLCPU) {
-    out = ffi::Tensor::FromNDAlloc(CPUAlloc(), shape, d.dtype, dev);
-  } else {
-    static const ffi::Function alloc =
-        ffi::Function::GetGlobalRequired("runtime.TVMTensorAllocWithScope");
-    out = alloc(ffi::Shape(d.shape, d.shape + d.ndim), d.dtype, dev, ffi::Optional<ffi::String>())
-              .cast<ffi::Tensor>();
-  }
-  static const ffi::Function copy = ffi::Function::GetGlobalRequired("runtime.TVMTensorCopyFromTo");
-  copy(t, out);
-  if (dev.device_type == kDLCPU) {
-    static const ffi::Function sync = ffi::Function::GetGlobalRequired("runtime.Device_StreamSync");
-    sync(d.device, static_cast<int64_t>(0));
-  }
-  return out;
-}
-
-// Flatten the function's result: a tensor, or (nested) tuples of tensors.
-void Flatten(const ffi::Any& v, std::vector<ffi::Tensor>* out) {
-  if (auto t = v.as<ffi::Tensor>()) {
-    out->push_back(*t);
-  } else if (auto a = v.as<ffi::Array<ffi::Any>>()) {
-    for (const ffi::Any& x : *a) Flatten(x, out);
-  } else {
-    throw std::runtime_error("output of type " + v.GetTypeKey() +
-                             " is neither a tensor nor a tuple");
-  }
 }
 
 int Run(int argc, char** argv) {
