@@ -20,6 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import weight_norm
 
+from ._parts import f0n_heads
+
 __all__ = ["LinearNorm", "LayerNorm", "TextEncoder", "AdaLayerNorm", "ProsodyPredictor",
            "DurationEncoder", "AdaIN1d", "UpSample1d", "AdainResBlk1d", "CustomAlbert"]
 
@@ -141,15 +143,7 @@ class ProsodyPredictor(nn.Module):
 
     def F0Ntrain(self, x, s):
         x, _ = self.shared(x.transpose(-1, -2))
-        F0 = x.transpose(-1, -2)
-        for block in self.F0:
-            F0 = block(F0, s)
-        F0 = self.F0_proj(F0)
-        N = x.transpose(-1, -2)
-        for block in self.N:
-            N = block(N, s)
-        N = self.N_proj(N)
-        return F0.squeeze(1), N.squeeze(1)
+        return f0n_heads(self, x, s)
 
 
 class DurationEncoder(nn.Module):

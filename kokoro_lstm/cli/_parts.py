@@ -11,15 +11,13 @@ from torch import nn
 def f0n_heads(m, x, style):
     """Kokoro's F0 and N heads (m.F0, m.F0_proj, m.N, m.N_proj) on the shared LSTM's
     output x [1, F, 2H]: (F0, N), each [1, F]."""
-    F0 = x.transpose(-1, -2)
-    for block in m.F0:
-        F0 = block(F0, style)
-    F0 = m.F0_proj(F0)
-    N = x.transpose(-1, -2)
-    for block in m.N:
-        N = block(N, style)
-    N = m.N_proj(N)
-    return F0.squeeze(1), N.squeeze(1)
+    def head(blocks, proj):
+        y = x.transpose(-1, -2)
+        for block in blocks:
+            y = block(y, style)
+        return proj(y).squeeze(1)
+
+    return head(m.F0, m.F0_proj), head(m.N, m.N_proj)
 
 
 class TextEncoderPart(nn.Module):
