@@ -9,7 +9,6 @@ the CPU engine, both recurrence paths, lengths, NaN, bad input, two streams at
 once, CUDA graph capture, and the torch ops / patched nn.LSTM on CUDA; the noise
 draws bit for bit the CPU's, on a side stream and replayed from a CUDA graph.
 """
-import ctypes
 import os
 import threading
 
@@ -20,6 +19,7 @@ import kokoro_lstm
 from kokoro_lstm import _core, reference
 from kokoro_lstm.tvm._cuda import nvidia_lib_dir
 from conftest import REQUIRE, require
+from _fake_dlpack import fake_cuda
 
 
 def _nvrtc_path():
@@ -57,42 +57,10 @@ def test_import_writes_no_environment():
     assert r.returncode == 0, r.stderr
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManaged(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
-_keep = []
-
-
-def _fake_cuda(shape, device_type=2, code=2, bits=32):
-    """A DLPack capsule of a tensor (float32 unless code, bits say otherwise) said to be
-    on CUDA device 0, whose data is never read: validation and the driver lookup come
-    first."""
-    dims = (ctypes.c_int64 * len(shape))(*shape)
-    data = 0x10000000 + len(_keep) * 0x1000000  # apart: outputs must not overlap inputs
-    m = _DLManaged(_DLTensor(data, _DLDevice(device_type, 0), len(shape), code, bits, 1, dims,
-                             None, 0), None, None)
-    _keep.append((dims, m))
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    return new(ctypes.addressof(m), b"dltensor", None)
-
-
 def _fake_call(x_dev=2, w_dev=2):
     I, H, T, B = 3, 4, 5, 2
-    ws = [_fake_cuda(s, w_dev) for s in ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]
-    _core.forward(_fake_cuda((T, B, I), x_dev), None, None, None, ws, _fake_cuda((T, B, H), x_dev),
+    ws = [fake_cuda(s, w_dev) for s in ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]
+    _core.forward(fake_cuda((T, B, I), x_dev), None, None, None, ws, fake_cuda((T, B, H), x_dev),
                   None, None, num_layers=1, bidirectional=False, has_bias=True)
 
 
@@ -104,7 +72,7 @@ def test_cuda_errors_without_a_gpu():
     with pytest.raises(ValueError, match=r"x is on device type 8"):
         _fake_call(x_dev=8)
     with pytest.raises(ValueError, match="float64 runs on the CPU only"):
-        _core.forward(_fake_cuda((5, 2, 3)), None, None, None, [], _fake_cuda((5, 2, 4)), None, None,
+        _core.forward(fake_cuda((5, 2, 3)), None, None, None, [], fake_cuda((5, 2, 4)), None, None,
                       num_layers=1, bidirectional=False, has_bias=True, dtype="float64")
     if os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia"):
         pytest.skip("a GPU driver is present: the no-driver message cannot be seen here")
@@ -152,7 +120,7 @@ def test_tvm_random_on_cuda_tensors_errors():
     cpu_seed, cpu_y = tvm_ffi.from_dlpack(torch.tensor([3])), tvm_ffi.from_dlpack(torch.zeros(5))
 
     def cuda(shape, code=2, bits=32, device_type=2):
-        return tvm_ffi.from_dlpack(_fake_cuda(shape, device_type, code, bits))
+        return tvm_ffi.from_dlpack(fake_cuda(shape, device_type, code, bits))
     with pytest.raises(ValueError, match=r"seed must be on y's device cuda:0, got device type 1"):
         rnd(cfg, cpu_seed, cuda((10,)))
     with pytest.raises(ValueError, match="seed must be a CPU tensor like y, got device type 2"):

@@ -1,5 +1,6 @@
 """A few small CUDA calls over the recurrence paths (the cluster path with both
-exchanges) and the noise kernel, for compute-sanitizer (memcheck, racecheck,
+exchanges), the noise kernel and the convolutions and products (the TVM externs on
+CUDA tensors, edge tiles included), for compute-sanitizer (memcheck, racecheck,
 synccheck): `make test-gpu` runs it under each tool."""
 import os
 import sys
@@ -50,5 +51,27 @@ for dist in (0, 1):
         out = torch.empty(n, device="cuda")
         _core.random_fill_cuda(dist, seed.data_ptr(), 3, n, out.data_ptr(), out.device.index,
                                torch.cuda.current_stream().cuda_stream)
+print("== convolutions", flush=True)
+import tvm_ffi  # noqa: E402
+
+import kokoro_lstm.tvm  # noqa: E402,F401  (registers the engine's functions)
+from kokoro_lstm.tvm import dense  # noqa: E402
+
+T = tvm_ffi.from_dlpack
+for cin, cout, k, stride, pad, dil, w in ((5, 70, 3, 2, 2, 3, 67), (9, 3, 11, 1, 5, 1, 130)):
+    x, wt, b = (torch.randn(2, cin, w, device="cuda"), torch.randn(cout, cin, k, device="cuda"),
+                torch.randn(cout, device="cuda"))
+    y = torch.empty(2, cout, (w + 2 * pad - dil * (k - 1) - 1) // stride + 1, device="cuda")
+    cfg = dense.Conv1dConfig(stride=stride, pad_l=pad, pad_r=pad, dilation=dil, has_bias=1)
+    tvm_ffi.get_global_func(dense.CONV1D_FUNC)(tvm_ffi.Shape(list(cfg)), T(x), T(wt), T(b), T(y))
+    wt = torch.randn(cin, cout, k, device="cuda")
+    y = torch.empty(2, cout, (w - 1) * stride - 2 * pad + k + 1, device="cuda")
+    cfg = dense.Conv1dTransposeConfig(stride=stride, pad_l=pad, ksize=k)
+    tvm_ffi.get_global_func(dense.CONV1D_TRANSPOSE_FUNC)(tvm_ffi.Shape(list(cfg)), T(x), T(wt), T(y))
+for m, k, n in ((1, 128, 70), (67, 300, 9)):  # products: one row; rows and columns off the tiles
+    a, wt, b, c = (torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"),
+                   torch.randn(n, device="cuda"), torch.empty(m, n, device="cuda"))
+    cfg = dense.MatmulConfig(trans_b=1, has_bias=1)
+    tvm_ffi.get_global_func(dense.MATMUL_FUNC)(tvm_ffi.Shape(list(cfg)), T(a), T(wt), T(b), T(c))
 torch.cuda.synchronize()
 print("cuda_smoke: ok")

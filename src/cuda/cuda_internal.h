@@ -24,8 +24,8 @@ kl_status kl_cu_fail(CUresult r, const char* fmt, ...) __attribute__((format(pri
   } while (0)
 
 /* The programs the backend compiles (module.c): the LSTM's kernels (CUDA_SOURCES, built
- * per shape with kernels.def's -D options) and the noise kernel (random.c). */
-enum { KL_CUDA_PROGRAM_LSTM, KL_CUDA_PROGRAM_RANDOM, KL_CUDA_NPROGRAMS };
+ * per shape with kernels.def's -D options) and the ops program (ops.c: noise, convolutions). */
+enum { KL_CUDA_PROGRAM_LSTM, KL_CUDA_PROGRAM_OPS, KL_CUDA_NPROGRAMS };
 
 /* The kernels of one module (kernels.def), and launch facts kept for the next
  * calls (atomics; 0 = not yet known). */
@@ -49,6 +49,22 @@ CUmodule kl_cuda_load(int program, CUdevice dev, const char* const* defines, int
 /* Compiles a program for arch ("sm_80", "sm_90a", ...) with these options, nothing
  * loaded: KL_OK, or KL_ERR_DEVICE and the compiler's log as the error. */
 kl_status kl_cuda_compile_only(int program, const char* arch, const char* const* defines, int ndefines);
+
+/* ops.c: the ops program's module on one device (its entry points; the fresh-seed
+ * counter, 8 bytes of device memory). */
+typedef struct kl_cuda_ops {
+  struct kl_cuda_ops* next;
+  CUdevice dev;
+  CUmodule mod;
+  CUfunction random, fresh_seed, conv1d, conv1d_transpose, conv_reduce;
+  CUdeviceptr counter;
+  int major; /* the device's compute capability */
+} kl_cuda_ops;
+/* The device's ops module (built at its first call) with the device's context made
+ * current, and the driver's table in *cu; NULL with the error set and nothing
+ * current. kl_cuda_ops_leave pops the context and returns st. */
+const kl_cuda_ops* kl_cuda_ops_enter(const kl_cu_api** cu, int device_id);
+kl_status kl_cuda_ops_leave(const kl_cu_api* cu, kl_status st);
 
 /* device.c: a device's context and facts (kept for the process). */
 typedef struct kl_cuda_device {

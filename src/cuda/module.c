@@ -1,5 +1,5 @@
-/* The programs of kl_build.py (CUDA_SOURCES: the LSTM's kernels, CUDA_RANDOM_SOURCES:
- * the noise kernel; embedded as source at build time) compiled for the device with
+/* The programs of kl_build.py (CUDA_SOURCES: the LSTM's kernels, CUDA_OPS_SOURCES:
+ * the noise and convolution kernels; embedded as source at build time) compiled for the device with
  * NVRTC, cached per process and on disk; and the compile check. */
 #include <errno.h>
 #include <pthread.h>
@@ -18,8 +18,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The noise kernel must give the C engine's bits: no contracted multiply-add, no
  * flush to zero, IEEE division and square root (all but the first are NVRTC's
- * defaults, stated so that they stay). */
-static const char* const RANDOM_OPTIONS[] = {"--fmad=false", "--ftz=false", "--prec-div=true",
+ * defaults, stated so that they stay); the convolutions' products are explicit fmaf. */
+static const char* const OPS_OPTIONS[] = {"--fmad=false", "--ftz=false", "--prec-div=true",
                                              "--prec-sqrt=true"};
 
 /* Each program's text (kl_cuda_src.h), the name NVRTC's log shows, its own options. */
@@ -31,9 +31,8 @@ static const struct {
   int noptions;
 } PROGRAMS[] = {
     [KL_CUDA_PROGRAM_LSTM] = {kl_cuda_source_bytes, sizeof(kl_cuda_source_bytes), "kokoro_lstm.cu", NULL, 0},
-    [KL_CUDA_PROGRAM_RANDOM] = {kl_cuda_random_source_bytes, sizeof(kl_cuda_random_source_bytes),
-                                "kokoro_lstm_random.cu", RANDOM_OPTIONS,
-                                (int)(sizeof(RANDOM_OPTIONS) / sizeof(RANDOM_OPTIONS[0]))},
+    [KL_CUDA_PROGRAM_OPS] = {kl_cuda_ops_source_bytes, sizeof(kl_cuda_ops_source_bytes), "kokoro_lstm_ops.cu",
+                             OPS_OPTIONS, (int)(sizeof(OPS_OPTIONS) / sizeof(OPS_OPTIONS[0]))},
 };
 
 /* ---- compile ---------------------------------------------------------------------- */
@@ -98,7 +97,7 @@ kl_status kl_cuda_compile_only(int program, const char* arch, const char* const*
  * engine uses, the step path (with and without a projection, lengths, rounded
  * weights) everywhere, the cluster path (each exchange, one and many rows per
  * cluster) on sm_90+. max_clusters stands for the occupancy a GPU reports. The
- * noise kernel's program is built after them. */
+ * ops program (noise, convolutions) is built after them. */
 static const struct {
   kl_cuda_shape shape;
   int force, exchange, max_clusters;
@@ -131,7 +130,7 @@ kl_status kl_cuda_compile_check(const char* arch) {
     if ((s = kl_cuda_compile_only(KL_CUDA_PROGRAM_LSTM, arch, defs, kl_cuda_plan_defines(&p, buf, defs))))
       return s;
   }
-  return kl_cuda_compile_only(KL_CUDA_PROGRAM_RANDOM, arch, NULL, 0);
+  return kl_cuda_compile_only(KL_CUDA_PROGRAM_OPS, arch, NULL, 0);
 }
 
 /* ---- caches ----------------------------------------------------------------------- */

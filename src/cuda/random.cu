@@ -2,8 +2,8 @@
 // as the C engine's (src/ops/random.h, random.c): the same Philox4x32-10 block, the
 // uniform exactly, the normal by Box-Muller in double rounded once to float.
 //
-// A program of its own (kl_build.py's CUDA_RANDOM_SOURCES, src/cuda/random.c): it
-// takes no -D option, so one module per device serves every draw. It is compiled with
+// Part of the ops program (kl_build.py's CUDA_OPS_SOURCES, src/cuda/ops.c): it takes
+// no -D option, so one module per device serves every draw. It is compiled with
 // --fmad=false (no multiply-add is contracted), --ftz=false and IEEE division and
 // square root; the products below are __dmul_rn besides, which never contract.
 //

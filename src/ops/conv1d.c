@@ -273,7 +273,8 @@ kl_status kl_f32_conv1d(const kl_conv1d_args* a) {
 kl_status kl_conv1d_forward(const kl_conv1d_config* cfg, const DLTensor* x, const DLTensor* w,
                             const DLTensor* bias, const DLTensor* y) {
   kl_conv1d_args a;
-  const kl_status st = kl_conv1d_check(cfg, x, w, bias, y, &a);
+  kl_status st = kl_conv_cpu(x);
+  if (!st) st = kl_conv1d_check(cfg, x, w, bias, y, &a);
   return st ? st : kl_f32_conv1d(&a);
 }
 

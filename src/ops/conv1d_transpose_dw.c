@@ -80,6 +80,7 @@ kl_status kl_conv1d_transpose_dw_check(const kl_conv1d_transpose_dw_config* cfg,
 kl_status kl_conv1d_transpose_dw_forward(const kl_conv1d_transpose_dw_config* cfg, const DLTensor* x,
                                          const DLTensor* w, const DLTensor* bias, const DLTensor* y) {
   kl_conv1d_transpose_dw_args a;
-  const kl_status st = kl_conv1d_transpose_dw_check(cfg, x, w, bias, y, &a);
+  kl_status st = kl_conv_cpu(x);
+  if (!st) st = kl_conv1d_transpose_dw_check(cfg, x, w, bias, y, &a);
   return st ? st : kl_f32_conv1d_transpose_dw(&a);
 }

@@ -81,9 +81,19 @@ kl_status kl_scratch_size(const char* what, int64_t n1, int64_t n2, int64_t n3, 
 kl_status kl_conv_tensors(const DLTensor* xt, const DLTensor* wt, const DLTensor* bt,
                           const DLTensor* yt, kl_view* x, kl_view* w, kl_view* b, kl_view* y) {
   kl_status st;
-  if ((st = kl_view_f32(xt, "x", 3, 3, x)) || (st = kl_view_f32(wt, "w", 3, 3, w)) ||
-      (bt && (st = kl_view_f32(bt, "bias", 1, KL_VIEW_MAXD, b))) || (st = kl_view_f32(yt, "y", 3, 3, y)))
+  if ((st = kl_view_on(xt, "x", kDLFloat, 32, 3, 3, x)) || (st = kl_view_on(wt, "w", kDLFloat, 32, 3, 3, w)) ||
+      (bt && (st = kl_view_on(bt, "bias", kDLFloat, 32, 1, KL_VIEW_MAXD, b))) ||
+      (st = kl_view_on(yt, "y", kDLFloat, 32, 3, 3, y)))
     return st;
+  const DLDevice d = xt->device;
+  if (d.device_type != kDLCPU && d.device_type != kDLCUDA)
+    return kl_fail("x must be on the CPU or a CUDA device, got device type %d", (int)d.device_type);
+  const DLTensor* ts[3] = {wt, yt, bt};
+  static const char* const tnames[3] = {"w", "y", "bias"};
+  for (int i = 0; i < 3; i++)
+    if (ts[i] && (ts[i]->device.device_type != d.device_type || ts[i]->device.device_id != d.device_id))
+      return kl_fail("%s must be on x's device (type %d id %d), got type %d id %d", tnames[i], (int)d.device_type,
+                     (int)d.device_id, (int)ts[i]->device.device_type, (int)ts[i]->device.device_id);
   const kl_view* all[4] = {x, w, y, bt ? b : NULL};
   static const char* const names[4] = {"x", "w", "y", "bias"};
   for (int i = 0; i < 4; i++)
@@ -97,6 +107,12 @@ kl_status kl_conv_tensors(const DLTensor* xt, const DLTensor* wt, const DLTensor
   static const char* const out_names[1] = {"y"};
   static const char* const in_names[3] = {"x", "w", "bias"};
   return kl_check_disjoint(outs, out_names, 1, ins, in_names, 3);
+}
+
+kl_status kl_conv_cpu(const DLTensor* xt) {
+  if (xt && xt->device.device_type != kDLCPU)
+    return kl_fail("x must be a CPU tensor, got device type %d", (int)xt->device.device_type);
+  return KL_OK;
 }
 
 void kl_conv_data(const kl_view* x, const kl_view* w, const kl_view* bias, const kl_view* y,

@@ -44,10 +44,13 @@ kl_status kl_conv_config(const int64_t* w_panels, int64_t stride, int64_t dilati
 kl_status kl_conv_reach(int64_t win, int64_t stride, int64_t ksize, int64_t dilation);
 /* n1 * n2 * n3 * n4 floats fit int64 bytes, or a message naming what it is the size of. */
 kl_status kl_scratch_size(const char* what, int64_t n1, int64_t n2, int64_t n3, int64_t n4);
-/* x, w, y (3-D, compact) and bias (any compact tensor, NULL: none), y's batch x's;
- * outputs disjoint from inputs. */
+/* x, w, y (3-D, compact) and bias (any compact tensor, NULL: none), all on x's
+ * device (the CPU or a CUDA device), y's batch x's; outputs disjoint from inputs. */
 kl_status kl_conv_tensors(const DLTensor* xt, const DLTensor* wt, const DLTensor* bt,
                           const DLTensor* yt, kl_view* x, kl_view* w, kl_view* b, kl_view* y);
+/* KL_OK when x is a CPU tensor (or NULL, which the check reports), else the error:
+ * the convolutions' CPU kernels (kl_tvm_dense.c runs CUDA tensors on src/cuda). */
+kl_status kl_conv_cpu(const DLTensor* xt);
 /* The data of a checked convolution's tensors, for its arguments (bias NULL: not given). */
 void kl_conv_data(const kl_view* x, const kl_view* w, const kl_view* bias, const kl_view* y,
                   const float** xp, const float** wp, const float** bp, float** yp);

@@ -28,6 +28,10 @@
  *   its head transpose), unit stride along D; mask: float32 [.., L, S] broadcast to
  *   [B, H, L, S] (2 to 4 dims, each leading one 1 or full), unit stride along S.
  *   conv tensors compact; a conv bias is any compact tensor of Cout (C) values.
+ * conv1d_v1, conv1d_transpose_v1 and matmul_v1 also run on CUDA tensors (all on one
+ * device, w unpacked, a transpose of dilation 1; a matmul's B [N, K] with trans_b 1, no
+ * activation, every tensor compact) with the engine's kernels (src/cuda/conv.cu) on
+ * TVM's stream: nothing allocated or synchronized, so a CUDA graph captures them.
  * Everything but the calling convention (config length, argument count, tensor type) is
  * checked by the operator's kl_<op>_forward (src/ops/<op>.c) before any memory is
  * touched: value ranges, shapes, overflow-checked sizes, and no output sharing memory
@@ -40,6 +44,7 @@
 #include "check.h"
 #include "dense.h"
 #include "internal.h"
+#include "kl_cuda.h"
 #include "kl_tvm_dense.h"
 
 int kl_tvm_errf(const char* kind, const char* fn, const char* what) {
@@ -154,6 +159,7 @@ typedef struct dense_extern {
   int ntensors;
   const char* names[KL_TVM_DENSE_MAXT];
   int opt, opt_flag;
+  int cuda; /* 1: its tensors may instead all be on one CUDA device */
 } dense_extern;
 _Static_assert(KL_MATMUL_CFG_N <= KL_TVM_DENSE_MAXCFG && KL_CONV1D_CFG_N <= KL_TVM_DENSE_MAXCFG &&
                    KL_CONV1D_TRANSPOSE_DW_CFG_N <= KL_TVM_DENSE_MAXCFG &&
@@ -165,14 +171,14 @@ _Static_assert(KL_MATMUL_CFG_N <= KL_TVM_DENSE_MAXCFG && KL_CONV1D_CFG_N <= KL_T
 enum { MATMUL, CONV1D, CONV1D_TRANSPOSE_DW, CONV1D_TRANSPOSE, SOFTMAX, ATTENTION };
 static const dense_extern EXTERNS[] = {
     [MATMUL] = {KL_TVM_MATMUL_NAME, KL_MATMUL_CFG_NMIN, KL_MATMUL_CFG_N, 4, {"A", "B", "bias", "C"}, 2,
-                KL_MATMUL_CFG_HAS_BIAS},
+                KL_MATMUL_CFG_HAS_BIAS, 1},
     [CONV1D] = {KL_TVM_CONV1D_NAME, KL_CONV1D_CFG_NMIN, KL_CONV1D_CFG_N, 4, {"x", "w", "bias", "y"}, 2,
-                KL_CONV1D_CFG_HAS_BIAS},
+                KL_CONV1D_CFG_HAS_BIAS, 1},
     [CONV1D_TRANSPOSE_DW] = {KL_TVM_CONV1D_TRANSPOSE_DW_NAME, KL_CONV1D_TRANSPOSE_DW_CFG_N,
                              KL_CONV1D_TRANSPOSE_DW_CFG_N, 4, {"x", "w", "bias", "y"}, 2,
                              KL_CONV1D_TRANSPOSE_DW_CFG_HAS_BIAS},
     [CONV1D_TRANSPOSE] = {KL_TVM_CONV1D_TRANSPOSE_NAME, KL_CONV1D_TRANSPOSE_CFG_N, KL_CONV1D_TRANSPOSE_CFG_N,
-                          4, {"x", "w", "bias", "y"}, 2, KL_CONV1D_TRANSPOSE_CFG_HAS_BIAS},
+                          4, {"x", "w", "bias", "y"}, 2, KL_CONV1D_TRANSPOSE_CFG_HAS_BIAS, 1},
     [SOFTMAX] = {KL_TVM_SOFTMAX_NAME, KL_SOFTMAX_CFG_N, KL_SOFTMAX_CFG_N, 2, {"x", "y"}, -1, 0},
     [ATTENTION] = {KL_TVM_ATTENTION_NAME, KL_ATTENTION_CFG_N, KL_ATTENTION_CFG_N, 5,
                    {"q", "k", "v", "mask", "o"}, 3, KL_ATTENTION_CFG_HAS_MASK},
@@ -184,6 +190,26 @@ typedef struct dense_call {
   int64_t c[KL_TVM_DENSE_MAXCFG];
   const DLTensor* t[KL_TVM_DENSE_MAXT];
 } dense_call;
+
+/* Argument `name` of fn as a float32 tensor on first's device (or, for the first,
+ * on the CPU or a CUDA device): 0, else raises and returns -1. */
+static int device_tensor(const char* fn, const TVMFFIAny* arg, const char* name, const DLTensor* first,
+                         const DLTensor** out) {
+  char what[200];
+  if (tensor_arg(fn, arg, name, out) || dtype_arg(fn, *out, name, kDLFloat, 32)) return -1;
+  const DLDevice d = (*out)->device;
+  if (!first && (d.device_type == kDLCPU || d.device_type == kDLCUDA)) return 0;
+  if (first && d.device_type == first->device.device_type &&
+      (d.device_type == kDLCPU || d.device_id == first->device.device_id))
+    return 0;
+  if (first)
+    snprintf(what, sizeof(what), "%s must be on the device of the first tensor (type %d id %d), got type %d id %d",
+             name, (int)first->device.device_type, (int)first->device.device_id, (int)d.device_type,
+             (int)d.device_id);
+  else
+    snprintf(what, sizeof(what), "%s must be a CPU or CUDA tensor, got device type %d", name, (int)d.device_type);
+  return kl_tvm_errf("ValueError", fn, what);
+}
 
 /* args by extern op's convention into *k; 0, else raises and returns -1. */
 static int unpack(int op, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result, dense_call* k) {
@@ -199,7 +225,10 @@ static int unpack(int op, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* resul
   if (check_nargs(e->fn, nargs, 1 + e->ntensors - (skip >= 0))) return -1;
   for (int i = 0, a = 1; i < e->ntensors; i++) {
     t[i] = NULL;
-    if (i != skip && kl_tvm_cpu_tensor(e->fn, &args[a++], e->names[i], kDLFloat, 32, &t[i])) return -1;
+    if (i == skip) continue;
+    if (e->cuda ? device_tensor(e->fn, &args[a++], e->names[i], i ? t[0] : NULL, &t[i])
+                : kl_tvm_cpu_tensor(e->fn, &args[a++], e->names[i], kDLFloat, 32, &t[i]))
+      return -1;
   }
   kl_set_error("");
   return 0;
@@ -208,13 +237,52 @@ static int unpack(int op, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* resul
 /* An operator's status as the extern's result. */
 static int finish(int op, kl_status s) { return s == KL_OK ? 0 : status_err(EXTERNS[op].fn, s); }
 
+/* C [..., M, N] = A [..., M, K] B^T (+ bias) on A's CUDA device, B [N, K] (trans_b 1,
+ * no panels, no activation), every tensor compact: checked, then kl_cuda_matmul on
+ * TVM's stream. */
+static kl_status matmul_cuda(const dense_call* k) {
+  kl_view a, b, bias, c;
+  kl_status st;
+  if (k->c[KL_MATMUL_CFG_TRANS_B] != 1 || k->c[KL_MATMUL_CFG_B_PANELS] || k->c[KL_MATMUL_CFG_ACT])
+    return kl_fail("on CUDA a matmul takes B as [N, K] (trans_b 1), unpacked, with no activation");
+  if ((st = kl_view_on(k->t[0], "A", kDLFloat, 32, 2, KL_VIEW_MAXD, &a)) ||
+      (st = kl_view_on(k->t[1], "B", kDLFloat, 32, 2, 2, &b)) ||
+      (k->t[2] && (st = kl_view_on(k->t[2], "bias", kDLFloat, 32, 1, KL_VIEW_MAXD, &bias))) ||
+      (st = kl_view_on(k->t[3], "C", kDLFloat, 32, 2, KL_VIEW_MAXD, &c)))
+    return st;
+  if (!kl_view_compact(&a) || !kl_view_compact(&b) || !kl_view_compact(&c) || (k->t[2] && !kl_view_compact(&bias)))
+    return kl_fail("on CUDA a matmul's tensors must be compact");
+  const int64_t K = b.shape[1], N = b.shape[0], M = K ? a.numel / K : 0;
+  int same = a.ndim == c.ndim && a.shape[a.ndim - 1] == K && c.shape[c.ndim - 1] == N;
+  for (int i = 0; same && i < a.ndim - 1; i++) same = a.shape[i] == c.shape[i];
+  if (!same || (k->t[2] && bias.numel != N))
+    return kl_fail("shapes do not match: A [..., M, %lld], B [%lld, %lld] (trans_b), C [..., M, %lld] with A's "
+                   "leading dimensions, bias %lld values",
+                   (long long)a.shape[a.ndim - 1], (long long)N, (long long)K, (long long)c.shape[c.ndim - 1],
+                   (long long)(k->t[2] ? bias.numel : N));
+  const DLTensor* outs[1] = {k->t[3]};
+  const DLTensor* ins[3] = {k->t[0], k->t[1], k->t[2]};
+  static const char* const out_names[1] = {"C"}, *const in_names[3] = {"A", "B", "bias"};
+  if ((st = kl_check_disjoint(outs, out_names, 1, ins, in_names, 3))) return st;
+  const int id = k->t[0]->device.device_id;
+  return kl_cuda_matmul(M, N, K, a.data, b.data, k->t[2] ? bias.data : NULL, c.data, id,
+                        kl_tvm_stream(kDLCUDA, id));
+}
+
 int kl_tvm_matmul(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
   (void)self;
   dense_call k;
   if (unpack(MATMUL, args, nargs, result, &k)) return -1;
+  if (k.t[0]->device.device_type == kDLCUDA) return finish(MATMUL, matmul_cuda(&k));
   const kl_matmul_config cfg = {k.c[KL_MATMUL_CFG_TRANS_B], k.c[KL_MATMUL_CFG_ACT],
                                 k.c[KL_MATMUL_CFG_B_PANELS], k.c[KL_MATMUL_CFG_NUM_THREADS]};
   return finish(MATMUL, kl_matmul_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3]));
+}
+
+/* A checked convolution on x's CUDA device, on TVM's stream for it. */
+static kl_status conv_cuda(kl_status checked, const kl_conv1d_args* a, int transpose, const DLTensor* x) {
+  const int id = x->device.device_id;
+  return checked ? checked : kl_cuda_conv1d(a, transpose, id, kl_tvm_stream(kDLCUDA, id));
 }
 
 int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
@@ -224,6 +292,10 @@ int kl_tvm_conv1d(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* r
   const kl_conv1d_config cfg = {k.c[KL_CONV1D_CFG_STRIDE],   k.c[KL_CONV1D_CFG_PAD_L],
                                 k.c[KL_CONV1D_CFG_PAD_R],    k.c[KL_CONV1D_CFG_DILATION],
                                 k.c[KL_CONV1D_CFG_W_PANELS], k.c[KL_CONV1D_CFG_NUM_THREADS]};
+  if (k.t[0]->device.device_type == kDLCUDA) {
+    kl_conv1d_args a;
+    return finish(CONV1D, conv_cuda(kl_conv1d_check(&cfg, k.t[0], k.t[1], k.t[2], k.t[3], &a), &a, 0, k.t[0]));
+  }
   return finish(CONV1D, kl_conv1d_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3]));
 }
 
@@ -246,6 +318,11 @@ int kl_tvm_conv1d_transpose(void* self, const TVMFFIAny* args, int32_t nargs, TV
       k.c[KL_CONV1D_TRANSPOSE_CFG_STRIDE], k.c[KL_CONV1D_TRANSPOSE_CFG_PAD_L],
       k.c[KL_CONV1D_TRANSPOSE_CFG_DILATION], k.c[KL_CONV1D_TRANSPOSE_CFG_KSIZE],
       k.c[KL_CONV1D_TRANSPOSE_CFG_W_PANELS], k.c[KL_CONV1D_TRANSPOSE_CFG_NUM_THREADS]};
+  if (k.t[0]->device.device_type == kDLCUDA) {
+    kl_conv1d_transpose_args a;
+    return finish(CONV1D_TRANSPOSE,
+                  conv_cuda(kl_conv1d_transpose_check(&cfg, k.t[0], k.t[1], k.t[2], k.t[3], &a), &a, 1, k.t[0]));
+  }
   return finish(CONV1D_TRANSPOSE,
                 kl_conv1d_transpose_forward(&cfg, k.t[0], k.t[1], k.t[2], k.t[3]));
 }

@@ -64,4 +64,20 @@ void test_dense_forward(void) {
   check(kl_softmax_forward(&scfg, &tx, &ty) == KL_ERR_ARG &&
             strstr(kl_last_error(), "same shape") != NULL,
         "[dense] kl_softmax_forward refuses y of another shape: %s", kl_last_error());
+  /* convolutions: their CPU entries refuse a CUDA x; the check wants one device */
+  float cx[1 * 2 * 6], cw[3 * 2 * 3], cy[1 * 3 * 4];
+  int64_t scx[3] = {1, 2, 6}, scw[3] = {3, 2, 3}, scy[3] = {1, 3, 4};
+  DLTensor tcx = f32(cx, 3, scx), tcw = f32(cw, 3, scw), tcy = f32(cy, 3, scy);
+  const kl_conv1d_config ccfg = {1, 0, 0, 1, 0, 1};
+  kl_conv1d_args ca;
+  tcw.device.device_type = kDLCUDA;
+  check(kl_conv1d_check(&ccfg, &tcx, &tcw, NULL, &tcy, &ca) == KL_ERR_ARG &&
+            strstr(kl_last_error(), "w must be on x's device") != NULL,
+        "[dense] kl_conv1d_check refuses tensors on two devices: %s", kl_last_error());
+  tcx.device.device_type = tcy.device.device_type = kDLCUDA;
+  check(kl_conv1d_check(&ccfg, &tcx, &tcw, NULL, &tcy, &ca) == KL_OK && ca.cout == 3 && ca.wout == 4,
+        "[dense] kl_conv1d_check takes CUDA tensors (for kl_cuda_conv1d): %s", kl_last_error());
+  check(kl_conv1d_forward(&ccfg, &tcx, &tcw, NULL, &tcy) == KL_ERR_ARG &&
+            strstr(kl_last_error(), "x must be a CPU tensor") != NULL,
+        "[dense] kl_conv1d_forward (the CPU kernels) refuses a CUDA x: %s", kl_last_error());
 }
