@@ -49,7 +49,8 @@ def test_text_encoder_compiles_for_cuda(tmp_path, capsys):
     assert "no CUDA device here" in out.err and "skipped" in out.out
     assert cuda_module_format(str(lib)) == "cubin"
     assert report["target_kind"] == "cuda" and report["target_arch"] == "sm_90a"
-    assert report["dense_method"] == "tvm" and report["lstm_method"] == "native"
+    assert report["dense_method"] == "native" and report["lstm_method"] == "native"
+    assert report["dense_calls"] == {"kokoro_lstm.conv1d_v1": 3}  # its CNN on the engine's CUDA kernels
     assert report["validation"] == {"skipped": report["validation"]["skipped"], "passed": None}
     assert report["runtime_ms"] is None
     assert [o["shape"] for o in report["outputs"]] == [[1, 512, 8]]
@@ -89,9 +90,56 @@ def test_stage_inputs_puts_the_lstm_in_the_one_graph():
     assert "some_extern" in out["main_cuda_graph_capture"].script()
 
 
+def test_rewrite_dense_for_cuda():
+    """On a cuda target the convolutions and the products by a constant weight (a
+    linear, its bias fused; the weight stored as [N, K]) go to the engine's CUDA
+    kernels; a product of two inputs, and every op on an sm_75 target, stay TVM's."""
+    import numpy as np
+    from tvm import relax
+
+    import kokoro_lstm.tvm as kt
+    from kokoro_lstm.tvm import dense
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 6, 4), "float32"))
+    z = relax.Var("z", relax.TensorType((1, 4, 5), "float32"))
+    W = relax.const(np.arange(12, dtype="float32").reshape(3, 4))  # a linear's [out, in]
+    w_in_out = relax.const(np.ones((4, 2), "float32"))              # a [in, out] weight
+    cw = relax.const(np.ones((2, 3, 3), "float32"))
+    with bb.function("main", [x, z]):
+        with bb.dataflow():
+            lin = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(W)),
+                                       relax.const(np.ones(3, "float32"))))
+            kn = bb.emit(relax.op.matmul(x, w_in_out))
+            both = bb.emit(relax.op.matmul(x, z))
+            conv = bb.emit(relax.op.nn.conv1d(relax.op.permute_dims(lin, [0, 2, 1]), cw,
+                                              padding=1))
+            out = bb.emit_output(relax.Tuple([lin, kn, both, conv]))
+        bb.emit_func_output(out)
+    mod, counts = kt.rewrite_dense(bb.get(), target={"kind": "cuda", "arch": "sm_90a"})
+    calls = [name for name, _ in dense.dense_calls(mod)]
+    assert sorted(calls) == sorted([dense.MATMUL_FUNC, dense.MATMUL_FUNC, dense.CONV1D_FUNC])
+    assert counts["bias_fused"] == 1 and all(
+        cfg.trans_b == 1 and not cfg.b_panels for name, cfg in dense.dense_calls(mod)
+        if name == dense.MATMUL_FUNC)
+    consts = [c.value.numpy().shape for c in _constants(mod)]
+    assert (2, 4) in [tuple(s) for s in consts]  # w_in_out stored as [N, K]
+    assert "R.matmul(x, z" in mod.script()  # two inputs: TVM's own
+    legacy, counts = kt.rewrite_dense(bb.get(), target={"kind": "cuda", "arch": "sm_75"})
+    assert counts == {} and not dense.dense_calls(legacy)
+
+
+def _constants(mod):
+    """The constant arguments of main's extern calls."""
+    from tvm import relax
+
+    return [arg for block in mod["main"].body.blocks for bd in block.bindings
+            if isinstance(bd.value, relax.Call) and bd.value.op.name == "relax.call_dps_packed"
+            for arg in bd.value.args[1].fields if isinstance(arg, tvm.ir.expr.Constant)]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--target", "cuda"], "no GPU here to read the architecture from"),
-    (["--target", ARCH, "--dense-method", "native"], "is not a CPU target"),
     (["--target", ARCH, "--lstm-method", "tir"], "not a CPU target"),
 ])
 def test_cuda_target_errors(argv, message, tmp_path, capsys):

@@ -14,6 +14,9 @@ headers, the .pth; libraries and .pth xz-compressed.
 run: unpacks, builds the runner with g++, runs it with --device cuda (and --repeat for
 the timing), compares the audio with KModel's within --tol, and times PyTorch eager on
 the GPU on the same .pth (unpatched, patched), alternated; one JSON in --out.
+
+summary: the runner's and PyTorch's run JSONs as benchmarks/results' file (the GPU ms
+by op from the runner's ncu kernels), for benchmarks/report.py's tvm-cuda table.
 """
 import argparse
 import json
@@ -175,7 +178,7 @@ def _torch_kernels(m, ids, ref_s, top=30):
             "top": [[k[:90], v[0], round(v[1], 3)] for k, v in ranked[:top]]}
 
 
-def _ncu_kernels(call, env, out, top=30):
+def _ncu_kernels(call, env, out, top=200):
     """The runner's GPU kernels (ncu, one synthesis): [name, count, total ms] by total time."""
     import csv
     import io
@@ -274,6 +277,65 @@ def run(args):
     print(r.stderr[-2000:])
 
 
+#: the runner's kernels by op (the first pattern a kernel name contains), in the table's order
+OPS = (("the engine's convolutions", ("kl_conv",)), ("matmul", ("matmul",)),
+       ("instance_norm + AdaIN + Snake", ("instance_norm",)),
+       ("TVM's conv1d_transpose (depthwise)", ("conv1d_transpose",)),
+       ("the engine's LSTM", ("kl_lstm", "kl_gemm")))
+
+
+def _by_op(kernels):
+    """[{op, launches, ms}] of the runner's ncu kernels grouped by :data:`OPS`, the rest last."""
+    rows = {name: [0, 0.0] for name, _ in OPS + (("the rest", ()),)}
+    for name, n, ms in kernels["top"]:
+        op = next((o for o, pats in OPS if any(p in name for p in pats)), "the rest")
+        rows[op][0] += n
+        rows[op][1] += ms
+    rest = kernels["total_ms"] - sum(v[1] for v in rows.values())
+    rows["the rest"][1] += max(0.0, rest)  # kernels past ncu's top list
+    return [{"op": k, "launches": v[0], "ms": round(v[1], 3)} for k, v in rows.items() if v[0]]
+
+
+def summary(args):
+    runner = json.load(open(args.runner))
+    torch_run = json.load(open(args.torch))["torch"]
+    meta, timing, kernels = runner["meta"], runner["runner_timing"], runner["runner_kernels"]
+    calls = timing["calls_ms"][1:]
+    calls.sort()
+    eager_k = torch_run["eager_kernels"]
+    out = {
+        "question": "the whole Kokoro from TVM CUDA artifacts (kokoro_tts --device cuda) vs "
+                    "PyTorch eager, same weights",
+        "device": args.device, "driver": args.driver, "torch": args.torch_version,
+        "date": args.date, "commit": args.commit,
+        "script": f"tools/gpu_kokoro.py (build here: --tokens {meta['tokens']} --arch "
+                  f"{meta['arch']}; run on the GPU machine)",
+        "tokens": meta["tokens"], "frames": meta["frames"],
+        "compile_s_2core_vm": meta["compile_s"],
+        "audio_max_abs_err_vs_kmodel_cpu": runner["audio_max_abs_err"],
+        "fresh_noise_differs": runner.get("fresh_differs_from_seeded"),
+        "rows": [
+            {"variant": "TVM CUDA artifacts (kokoro_tts --device cuda)",
+             "median_ms": round(calls[len(calls) // 2] if len(calls) % 2 else
+                                (calls[len(calls) // 2 - 1] + calls[len(calls) // 2]) / 2, 3),
+             "min_ms": round(calls[0], 3), "runs": len(calls),
+             "gpu_ms": kernels["total_ms"], "launches": kernels["launches"]},
+            {"variant": "PyTorch eager", "median_ms": round(torch_run["eager"]["median_ms"], 3),
+             "min_ms": round(torch_run["eager"]["min_ms"], 3), "runs": torch_run["eager"]["runs"],
+             "gpu_ms": eager_k["total_ms"], "launches": eager_k["launches"]},
+            {"variant": "PyTorch eager, LSTMs patched",
+             "median_ms": round(torch_run["patched"]["median_ms"], 3),
+             "min_ms": round(torch_run["patched"]["min_ms"], 3),
+             "runs": torch_run["patched"]["runs"], "gpu_ms": None, "launches": None}],
+        "runner_stage_ms": timing["stage_ms"],
+        "runner_first_call_ms": timing["calls_ms"][0],
+        "runner_gpu_by_op": _by_op(kernels),
+    }
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps(out["rows"], indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -288,8 +350,14 @@ def main():
     r.add_argument("--rounds", type=int, default=10)
     r.add_argument("--ncu", action="store_true", help="the runner's kernels by ncu")
     r.add_argument("--skip-runner", action="store_true", help="PyTorch eager only")
+    m = sub.add_parser("summary")
+    m.add_argument("runner", help="run's gpu_kokoro.json with --ncu")
+    m.add_argument("torch", help="run --skip-runner's gpu_kokoro.json")
+    m.add_argument("--out", required=True)
+    for k in ("device", "driver", "torch-version", "date", "commit"):
+        m.add_argument("--" + k, required=True)
     args = ap.parse_args()
-    build(args) if args.cmd == "build" else run(args)
+    {"build": build, "run": run, "summary": summary}[args.cmd](args)
 
 
 if __name__ == "__main__":

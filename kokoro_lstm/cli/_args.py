@@ -79,10 +79,11 @@ TARGET_HELP = ('TVM target: llvm, an llvm variant such as "llvm -mcpu=znver4", o
                '("cuda -arch=sm_90a"; without -arch the GPU\'s here; compiled with nvcc into '
                "cubin, no GPU needed), or a JSON object; metal-macos / metal-ios need macOS "
                "with Metal")
-DENSE_HELP = ("lowering of the convolutions and products: native (default on CPUs; the "
-              "kokoro_lstm engine's OpenBLAS externs, linked into the library) or tvm (TVM's "
-              "own: on CPUs self-contained untuned loops, 20-90x slower; on cuda the default "
-              "and only choice, dlight's schedules)")
+DENSE_HELP = ("lowering of the convolutions and products: native (the default; the "
+              "kokoro_lstm engine's externs, linked into the library: on CPUs every dense op "
+              "on OpenBLAS and its own kernels, on cuda the convolutions on its CUDA kernels "
+              "and the rest dlight's) or tvm (TVM's own: on CPUs self-contained untuned "
+              "loops, 20-90x slower; on cuda dlight's schedules)")
 
 
 def parse_target(target) -> dict:
@@ -158,12 +159,6 @@ def _check_cuda(spec, target):
         raise UsageError(f"--target {target!r}: no GPU here to read the architecture from; "
                          "name it, e.g. --target \"cuda -arch=sm_90a\" (H100/H200)")
     return dict(spec, arch=arch)
-
-
-def default_dense_method(target_spec) -> str:
-    """``--dense-method``'s default: native (the engine's CPU externs) on CPU targets,
-    tvm (TVM's own kernels) on cuda."""
-    return "tvm" if target_spec.get("kind") == "cuda" else "native"
 
 
 def _check_target(target):

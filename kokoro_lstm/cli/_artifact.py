@@ -103,6 +103,20 @@ NO_GPU = ("no CUDA device here: the library is written but not run, timed or val
           "(run it where a GPU is)")
 
 
+def native_dense(mod, opts):
+    """(``mod`` with its dense ops on the engine's externs, the rewrites' counts) when
+    ``opts["dense_method"]`` is native, else (mod, {}): on CPUs every rule and TVM's
+    fast math after it; on cuda the convolutions only, TVM's exact math kept."""
+    import kokoro_lstm.tvm as kt
+    from kokoro_lstm.tvm import _cuda
+
+    if opts["dense_method"] != "native":
+        return mod, {}
+    mod, rewrites = kt.rewrite_dense(mod, num_threads=opts["num_threads"] or 0,
+                                     target=opts["target"])
+    return (mod if _cuda.is_cuda(opts["target"]) else kt.prepare(mod)), rewrites
+
+
 def build_executable(mod, opts):
     """``tvm.compile`` of a lowered module for ``opts["target"]``: a cuda target through
     :func:`kokoro_lstm.tvm._cuda.build` (cubin kernels, a Relax CUDA graph); a CPU one

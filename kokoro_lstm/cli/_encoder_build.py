@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from ._artifact import (Staging, _as_list, _compare, _nan_both, _rename_main, _sync,
+from ._artifact import (Staging, _as_list, native_dense, _compare, _nan_both, _rename_main, _sync,
                         _time_ms, _to_tvm, _versions, build_executable, run_device,
                         target_fields, write_report)
 
@@ -55,10 +55,7 @@ def _lower(comp, ep, resolved, applied, opts, progress, tag, times):
         mod = kt.from_exported_program(ep, lstm_method=resolved, target=opts["target"],
                                        unwrap_unit_return_tuple=False)
         mod = _rename_main(mod, comp.function)
-        rewrites = {}
-        if dense == "native":
-            mod, rewrites = kt.rewrite_dense(mod, num_threads=opts["num_threads"] or 0)
-            mod = kt.prepare(mod)
+        mod, rewrites = native_dense(mod, opts)
     return mod, rewrites
 
 

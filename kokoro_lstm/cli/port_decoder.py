@@ -41,8 +41,8 @@ import time
 
 from ._args import (DEFAULT_TOL, _check_target, _Parser, _require_deps, add_common_arguments,
                     DENSE_HELP, TARGET_HELP, check_num_threads, check_seed, check_thread_env,
-                    check_writable_dir, default_dense_method)
-from ._artifact import (Staging, _compare, _nan_both, _rename_main, _sync, _time_ms,
+                    check_writable_dir)
+from ._artifact import (Staging, _compare, native_dense, _nan_both, _rename_main, _sync, _time_ms,
                         _versions, build_executable, run_device, target_fields, write_report)
 from ._command import _Progress, _threads, port_main, run_reports
 from ._components import UsageError
@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "decoder_compiled.so)")
     p.add_argument("--output-dir", default=".", help="output directory (default: .)")
     p.add_argument("--target", default="llvm", help=TARGET_HELP)
-    p.add_argument("--dense-method", default=None, choices=DENSE_METHODS, help=DENSE_HELP)
+    p.add_argument("--dense-method", default="native", choices=DENSE_METHODS, help=DENSE_HELP)
     p.add_argument("--validate", action="store_true",
                    help="run the library against PyTorch's Decoder on random inputs with the "
                         "same noise seed; exit 1 above --tolerance or where either side "
@@ -193,10 +193,7 @@ def _lower(ep, frames, opts, dump):
     mod = _rename_main(mod, D.SEEDED_FUNCTION)
     if dump:
         _write(dump["before_opt"], mod.script())
-    rewrites = {}
-    if opts["dense_method"] == "native":
-        mod, rewrites = kt.rewrite_dense(mod, num_threads=opts["num_threads"] or 0)
-        mod = kt.prepare(mod)
+    mod, rewrites = native_dense(mod, opts)
     mod = kt.with_fresh_seed(mod, seeded=D.SEEDED_FUNCTION, name=D.FUNCTION)
     if dump:
         from tvm import relax
@@ -347,7 +344,7 @@ def _port_one_staged(model, frames, path, opts, progress, staging):
 
 def port(seq_lens, *, output=None, output_dir=".", target="llvm", validate=False,
          checkpoint=None, no_weights=False, config=None, num_threads=None,
-         tolerance=DEFAULT_TOL, seed=0, verbose=False, progress=None, dense_method=None,
+         tolerance=DEFAULT_TOL, seed=0, verbose=False, progress=None, dense_method="native",
          dump_ir=False, tune=False):
     """Build one decoder library per frame count in ``seq_lens``; returns the reports
     (one per length, in order). Raises UsageError for bad inputs."""
@@ -371,7 +368,6 @@ def _port(seq_lens, *, output, output_dir, target, validate, checkpoint, no_weig
     target, target_json = _check_target(target)
     import kokoro_lstm.tvm as kt
 
-    dense_method = dense_method or default_dense_method(target)
     if dense_method not in DENSE_METHODS:
         raise UsageError(f"unknown --dense-method {dense_method!r} (choose from "
                          f"{', '.join(DENSE_METHODS)})")

@@ -39,7 +39,7 @@ import sys
 
 from ._args import (DEFAULT_TOL, _check_target, _Parser, _require_deps, add_common_arguments,
                     DENSE_HELP, TARGET_HELP, check_num_threads, check_seed, check_thread_env,
-                    check_writable_dir, default_dense_method, parse_target)
+                    check_writable_dir, parse_target)
 from ._command import _Progress, _threads, port_main, run_reports
 from ._components import COMPONENTS, CHECKPOINT_KEYS, UsageError
 from ..tvm.dense.configs import DENSE_METHODS
@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="LSTM lowering (kokoro_lstm.tvm): auto (native on CPU), native (the "
                         "kokoro_lstm C engine), tir (while-loop TIR), relax / topi (unrolled), "
                         "mps (macOS only)")
-    p.add_argument("--dense-method", default=None, choices=DENSE_METHODS, help=DENSE_HELP)
+    p.add_argument("--dense-method", default="native", choices=DENSE_METHODS, help=DENSE_HELP)
     p.add_argument("--lstm-semantics", default="packed", choices=("packed", "padded"),
                    help="packed (default): LSTMs honour the runtime lengths, so padding to "
                         "--seq-len never changes the numbers; padded: pack/pad replaced by "
@@ -136,7 +136,7 @@ def port(components, methods, *, seq_len=512, aligned_len=512, target="llvm",
          semantics="packed", validate=False, checkpoint=None, no_weights=False,
          config=None, output_dir="tvm_output", num_threads=None, tolerance=DEFAULT_TOL,
          seed=0, verbose=False, progress=None, method_subdirs=None, bert_seq_len=None,
-         dense_method=None, algebra_cuts=True, f0n_input="en"):
+         dense_method="native", algebra_cuts=True, f0n_input="en"):
     """Port ``components`` with each of ``methods``; returns the list of reports (one
     per component and method, in that order). Raises UsageError for bad inputs.
 
@@ -195,7 +195,7 @@ def check_lengths(cfg, components, seq_len, aligned_len, f0n_input="en"):
 
 def _port(components, methods, *, seq_len, aligned_len, target, semantics, validate,
           checkpoint, no_weights, config, output_dir, num_threads, tolerance, seed,
-          progress, method_subdirs, bert_seq_len=None, dense_method=None,
+          progress, method_subdirs, bert_seq_len=None, dense_method="native",
           algebra_cuts=True, f0n_input="en"):
     from . import _components as C
 
@@ -203,7 +203,6 @@ def _port(components, methods, *, seq_len, aligned_len, target, semantics, valid
     target, target_json = _check_target(target)
     import kokoro_lstm.tvm as kt
 
-    dense_method = dense_method or default_dense_method(target)
 
     for m in methods:
         if m not in LSTM_METHODS:

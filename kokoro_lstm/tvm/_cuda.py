@@ -70,6 +70,14 @@ def target_arch(target):
     return str(arch) if arch else None
 
 
+def convs_run(target) -> bool:
+    """Whether the engine's CUDA convolutions (tensor-core kernels, sm_80 on) run on a
+    cuda target's architecture (one not named: assumed to)."""
+    arch = target_arch(target)
+    digits = "".join(ch for ch in (arch or "").split("_")[-1] if ch.isdigit())
+    return not digits or int(digits) >= 80
+
+
 def local_arch():
     """``sm_XY`` of this machine's first GPU (``sm_90a`` on Hopper, whose cluster features
     the engine's kernels use), from the driver, or None without a driver or GPU."""

@@ -60,28 +60,34 @@ def fold_weights(func, targets):
     return {t: relax.const(v.numpy()) for t, v in zip(ok, vals)}
 
 
-def transpose_weights(scope):
+def _transpose_taken(at, cuda):
+    """Whether conv1d_transpose_v1 takes a groups-1 conv1d_transpose of attrs ``at``:
+    dilation dividing stride on CPUs, dilation 1 on CUDA."""
+    dil = int(at.dilation[0])
+    return dil == 1 if cuda else int(at.strides[0]) % dil == 0
+
+
+def transpose_weights(scope, cuda=False):
     """The computed weights (vars) of the groups-1 conv1d_transposes in ``scope``
-    that conv1d_transpose_v1 takes (dilation dividing stride): those
-    :func:`fold_weights` evaluates for packing."""
+    that conv1d_transpose_v1 takes: those :func:`fold_weights` evaluates for packing."""
     from tvm import relax
 
     return [v.args[1] for v in scope.value.values()
             if op_name(v) == "relax.nn.conv1d_transpose" and int(v.attrs.groups) == 1
-            and int(v.attrs.strides[0]) % int(v.attrs.dilation[0]) == 0
-            and isinstance(v.args[1], relax.Var)]
+            and _transpose_taken(v.attrs, cuda) and isinstance(v.args[1], relax.Var)]
 
 
-def weights_to_fold(scope):
-    """The computed weights (vars) in ``scope`` that go in panels once constant: those
-    of the conv1ds on panels (:func:`conv_on_panels`) and of the groups-1
-    conv1d_transposes (:func:`transpose_weights`), for :func:`fold_weights`."""
+def weights_to_fold(scope, cuda=False):
+    """The computed weights (vars) in ``scope`` that :func:`fold_weights` makes constant:
+    on CPUs those that go in panels (the conv1ds on panels, :func:`conv_on_panels`, and
+    the groups-1 conv1d_transposes, :func:`transpose_weights`); on CUDA every conv's
+    (weight norm computed once, not per call)."""
     from tvm import relax
 
     return [v.args[1] for v in scope.value.values()
             if op_name(v) == "relax.nn.conv1d" and isinstance(v.args[1], relax.Var)
-            and conv_on_panels(static_shape(v.args[1]), int(v.attrs.strides[0]),
-                               int(v.attrs.dilation[0]))] + transpose_weights(scope)
+            and (cuda or conv_on_panels(static_shape(v.args[1]), int(v.attrs.strides[0]),
+                                        int(v.attrs.dilation[0])))] + transpose_weights(scope, cuda)
 
 
 def _conv_args(call, kernel_layout):
@@ -105,7 +111,7 @@ def conv1d_call(rw, call, scope, bias=None):
     pad = [int(p) for p in at.padding] or [0]
     stride, dil = int(at.strides[0]), int(at.dilation[0])
     w = rw.folded.get(w, w)
-    panels = conv_on_panels(sw, stride, dil) and is_constant(w)
+    panels = not rw.cuda and conv_on_panels(sw, stride, dil) and is_constant(w)
     if panels:
         w = rw.panels(w, "conv")
     cfg = Conv1dConfig(stride=stride, pad_l=pad[0], pad_r=pad[-1], dilation=dil,
@@ -128,7 +134,7 @@ def conv1d_transpose_rule(rw, call, m, scope):
     C = sx[1]
     if int(at.groups) == 1 and not (C == 1 and sw[1] == 1):
         return conv1d_transpose_call(rw, call, scope)
-    if int(at.groups) != C or sw[0] != C or sw[1] != 1 or out[1] != C:
+    if rw.cuda or int(at.groups) != C or sw[0] != C or sw[1] != 1 or out[1] != C:
         return None
     pad = [int(p) for p in at.padding] or [0]
     cfg = Conv1dTransposeDwConfig(stride=int(at.strides[0]), pad_l=pad[0],
@@ -138,17 +144,17 @@ def conv1d_transpose_rule(rw, call, m, scope):
 
 def conv1d_transpose_call(rw, call, scope, bias=None):
     """conv1d_transpose_v1 for a conv1d_transpose of groups 1 (NCW/IOW), its
-    constant weight packed by phase, else None."""
+    constant weight packed by phase on CPUs, else None."""
     got = _conv_args(call, "IOW")
     if got is None or int(got[2].groups) != 1:
         return None
     x, w, at, sx, sw, out = got
     pad = [int(p) for p in at.padding] or [0]
     stride, dil = int(at.strides[0]), int(at.dilation[0])
-    if stride % dil:
+    if not _transpose_taken(at, rw.cuda):
         return None  # phases would not be plain correlations: TVM's own lowering
     w = rw.folded.get(w, w)
-    panels = is_constant(w)
+    panels = not rw.cuda and is_constant(w)
     if panels:
         w = rw.panels(w, ("transpose", stride, dil))
     cfg = Conv1dTransposeConfig(stride=stride, pad_l=pad[0], dilation=dil, ksize=sw[2],

@@ -1,4 +1,5 @@
-"""matmul_v1 for a Relax matmul: B read transposed in place, a constant B packed in panels."""
+"""matmul_v1 for a Relax matmul: B read transposed in place, a constant B packed in panels
+(on CUDA: a constant 2-D B as [N, K], the engine's tensor-core kernel)."""
 from __future__ import annotations
 
 from .configs import MatmulConfig
@@ -21,6 +22,12 @@ def matmul_call(rw, call, scope, bias=None, act=0):
             b, sb, trans_b = w, static_shape(w), 1
     if not (batch_ok(sa, out[:-2]) and batch_ok(sb, out[:-2])):
         return None
+    if rw.cuda:  # a linear's weight: C = A W^T, A's batch folded into its rows
+        if len(sb) != 2 or not is_constant(b) or act or tuple(sa[:-1]) != tuple(out[:-1]):
+            return None
+        cfg = MatmulConfig(trans_b=1, has_bias=int(bias is not None), num_threads=0)
+        return extern_call(cfg, [a, rw.rows_nk(b, trans_b)] + ([bias] if bias is not None else []),
+                           out)
     panels = len(sb) == 2 and is_constant(b)
     if panels:
         b = rw.panels(b, trans_b)

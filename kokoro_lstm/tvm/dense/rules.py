@@ -1,6 +1,8 @@
 """The rules table and the rewrite that applies it to every Relax function of a module."""
 from __future__ import annotations
 
+import numpy as np
+
 from . import attention, conv, epilogue, matmul, norm, patterns
 from .configs import DENSE_METHODS
 from .conv import fold_weights, weights_to_fold
@@ -9,15 +11,16 @@ from .panels import pack_conv_panels, pack_conv_transpose_panels, pack_panels
 
 
 def select_dense_method(target="llvm", method="native") -> str:
-    """Validates ``method`` for ``target``: ``native`` needs a CPU target and the
-    kokoro_lstm extension; ``tvm`` always works."""
+    """Validates ``method`` for ``target``: ``native`` needs a CPU or cuda target and
+    the kokoro_lstm extension; ``tvm`` always works."""
     from .. import _require_native, _target_info
 
     if method not in DENSE_METHODS:
         raise ValueError(f"unknown dense method {method!r}; expected one of {DENSE_METHODS}")
     if method == "native":
         kind, is_cpu = _target_info(target)
-        _require_native("dense method 'native'", kind, "a CPU target", is_cpu, "'tvm'", "'tvm'")
+        _require_native("dense method 'native'", kind, "a CPU or cuda target",
+                        is_cpu or kind == "cuda", "'tvm'", "'tvm'")
     return method
 
 
@@ -56,17 +59,22 @@ RULES = ((patterns.sdpa_pattern, attention.attention_rule),
          (patterns.adain_pattern, norm.adain_rule),
          (patterns.instance_norm_pattern, norm.instance_norm_rule),
          (patterns.snake_pattern, norm.snake_rule))
+#: The rules of a cuda target: the convolutions and the products by a constant weight
+#: (a bias fused), on the engine's CUDA kernels; every other op is TVM's own there.
+CUDA_RULES = (epilogue.bias_rule, matmul.matmul_rule, conv.conv1d_rule, conv.conv1d_transpose_rule)
 
 
 class Rewriter:
     """The rules, one pattern and one check each (:data:`RULES`), applied in turn to
     every Relax function of a module; counts what it fused and packed."""
 
-    def __init__(self, num_threads):
+    def __init__(self, num_threads, cuda=False):
         self.nth = int(num_threads or 0)
+        self.cuda = bool(cuda)
         self.counts = {}
         self.packed = {}  # (Constant, layout) -> its panels
         self.folded = {}  # var -> Constant (fold_weights)
+        self.nk = {}  # (Constant, trans_b) -> the weight as [N, K] (rows_nk)
 
     def count(self, key):
         self.counts[key] = self.counts.get(key, 0) + 1
@@ -79,9 +87,10 @@ class Rewriter:
             return func
         scope = Scope(func)
         # weights computed from constants (weight norm) in front of a conv on panels
-        self.folded.update(fold_weights(func, weights_to_fold(scope)))
+        self.folded.update(fold_weights(func, weights_to_fold(scope, self.cuda)))
         for make_pattern, rule in RULES:
-            if rule is lstm_threads_rule and not self.nth:
+            if ((rule is lstm_threads_rule and not self.nth)
+                    or (self.cuda and rule not in CUDA_RULES)):
                 continue
             pattern, ann = make_pattern()
 
@@ -94,6 +103,17 @@ class Rewriter:
 
             func = rewrite_call(pattern, rewrite, func)
         return func
+
+    def rows_nk(self, w, trans_b):
+        """The constant 2-D weight of a product as [N, K] rows (``w`` itself when it is
+        read transposed, else w^T), once per constant."""
+        from tvm import relax
+
+        if trans_b:
+            return w
+        if w not in self.nk:
+            self.nk[w] = relax.const(np.ascontiguousarray(w.value.numpy().T))
+        return self.nk[w]
 
     def panels(self, w, layout):
         """The Constant w packed in panels, once per constant (ALBERT's 12 layers
@@ -113,16 +133,23 @@ class Rewriter:
         return self.packed[key]
 
 
-def rewrite_dense(mod, num_threads=0):
+def rewrite_dense(mod, num_threads=0, target=None):
     """``mod`` with its static float32 dense ops replaced by the engine's externs (see
     the package docstring), followed by dead-code elimination; returns (new module,
     {kind: count}). ``num_threads`` (0: the process default at run time,
     KOKORO_LSTM_NUM_THREADS or the usable cores) is compiled into every extern call
-    and into the engine's LSTM calls."""
+    and into the engine's LSTM calls. For a cuda ``target`` (sm_80 on) only the
+    convolutions and the products by constant weights (:data:`CUDA_RULES`), their
+    weights unpacked."""
     import tvm
     from tvm import relax
 
-    rw = Rewriter(num_threads)
+    from .. import _cuda, _target_info
+
+    cuda = target is not None and _target_info(target)[0] == "cuda"
+    if cuda and not _cuda.convs_run(target):
+        return mod, {}
+    rw = Rewriter(num_threads, cuda=cuda)
     funcs = {gv: rw.rewrite_function(f) if isinstance(f, relax.Function) else f
              for gv, f in mod.functions.items()}
     out = tvm.IRModule(funcs, attrs=mod.attrs)
