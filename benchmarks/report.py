@@ -52,6 +52,8 @@ SOURCES = [
      ["compile_h200_patched_t64.json"]),
     ("tvm-cuda", "CUDA: the whole Kokoro from TVM CUDA artifacts vs PyTorch eager",
      ["kokoro_tvm_cuda_h200.json"]),
+    ("cuda-dense", "CUDA: the engine's convolutions and products (TVM externs) vs PyTorch's",
+     ["cuda_dense_h200.json"]),
 ]
 
 
@@ -308,11 +310,36 @@ def render_tvm_cuda(docs: list, names: list, results_dir: str) -> list[str]:
     return tvm_cuda_table(docs[0]) + ["", f"`results/{names[0]}`.", ""]
 
 
+def cuda_dense_table(d: dict) -> list[str]:
+    """Per Kokoro shape: the engine's CUDA kernel (3xTF32) against PyTorch's defaults
+    (cuDNN TF32 convolutions, cuBLAS float32 products) and with TF32 off."""
+    lines = [f"{d['device']} (torch {d['torch']}, cuDNN {d['cudnn']}), Kokoro's shapes at 64 "
+             f"tokens, ms per call (medians of {d['rounds']} alternated rounds of {d['reps']} "
+             f"calls); ours float32 by 3xTF32, error vs float64:", "",
+             "| shape | ours ms | TFLOP/s | PyTorch ms | PyTorch, no TF32, ms | max abs err |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in d["rows"]:
+        lines.append(f"| {r['case']} | {r['ours']['median_ms']:.3f} | {r['ours_tflops']:.1f} | "
+                     f"{r['torch']['median_ms']:.3f} | {r['torch_no_tf32']['median_ms']:.3f} | "
+                     f"{r['max_abs_err_vs_float64']:.1e} |")
+    t = d["total_ms"]
+    return lines + ["", f"Sum: ours {t['ours']:.2f} ms, PyTorch {t['torch']:.2f} ms, without TF32 "
+                        f"{t['torch_no_tf32']:.2f} ms."]
+
+
+def render_cuda_dense(docs: list, names: list, results_dir: str) -> list[str]:
+    return cuda_dense_table(docs[0]) + ["", f"`results/{names[0]}`.", ""]
+
+
+def block_cuda_dense(results_dir: str) -> list[str]:
+    return cuda_dense_table(_load(results_dir, "cuda_dense_h200.json"))
+
+
 def block_tvm_cuda(results_dir: str) -> list[str]:
     return tvm_cuda_table(_load(results_dir, "kokoro_tvm_cuda_h200.json"))
 
 
-RENDER = {"tvm-cuda": render_tvm_cuda, "compile": render_compile, "lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
+RENDER = {"tvm-cuda": render_tvm_cuda, "cuda-dense": render_cuda_dense, "compile": render_compile, "lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,
           "kmodel": render_kmodel, "kokoro": render_kokoro, "tvm": render_tvm, "cuda": render_cuda}
 
 
@@ -477,7 +504,7 @@ def block_encoder(results_dir: str) -> list[str]:
     return lines
 
 
-DOC_BLOCKS = {"tvm-cuda": block_tvm_cuda, "lstm": block_lstm, "kokoro": block_kokoro, "cuda": block_cuda,
+DOC_BLOCKS = {"tvm-cuda": block_tvm_cuda, "cuda-dense": block_cuda_dense, "lstm": block_lstm, "kokoro": block_kokoro, "cuda": block_cuda,
               "compile": block_compile, "procs-zen4": block_procs_zen4,
               "procs-xeon16": block_procs_xeon16, "encoder": block_encoder}
 BLOCK = re.compile(r"(<!-- report\.py: ([\w-]+) -->\n)(.*?)(<!-- end report\.py: \2 -->)", re.S)

@@ -278,7 +278,7 @@ def run(args):
 
 
 #: the runner's kernels by op (the first pattern a kernel name contains), in the table's order
-OPS = (("the engine's convolutions", ("kl_conv",)), ("matmul", ("matmul",)),
+OPS = (("the engine's convolutions and products", ("kl_conv",)), ("TVM's matmul", ("matmul",)),
        ("instance_norm + AdaIN + Snake", ("instance_norm",)),
        ("TVM's conv1d_transpose (depthwise)", ("conv1d_transpose",)),
        ("the engine's LSTM", ("kl_lstm", "kl_gemm")))
