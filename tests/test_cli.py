@@ -791,7 +791,7 @@ def test_bert_length_defaults_to_kokoro_tvm():
 
     args = build_parser().parse_args(["--component", "bert", "--seq-len", "64"])
     assert args.bert_seq_len is None and args.seq_len == 64
-    assert args.dense_method is None  # native on CPU targets, tvm on cuda
+    assert args.dense_method == "native"  # on every target (on cuda: convolutions, products)
     assert resolve_bert_seq_len(CFG, args.bert_seq_len) == 512
     assert resolve_bert_seq_len(CFG, 64) == 64
     with pytest.raises(C.UsageError, match="max_position_embeddings"):

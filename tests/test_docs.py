@@ -163,6 +163,7 @@ NOT_TUNABLE = {
     "KL_LCAP", "KL_WT",                                        # NVRTC -D parameters of a call
     "KL_CUDA_COMMON_DEFINES",                                  # how many -D every module has
     "KL_TVM_DENSE_MAXT", "KL_TVM_DENSE_MAXCFG",                # array sizes of the externs' table
+    "KL_CONV_MAX_GRID_YZ",                                     # CUDA's grid limit in y and z
 }
 NOT_TUNABLE_PATTERN = re.compile(r"KL_(ARCH|HWCAP|HWCAP2)_\w+|KL_\w+_(ABI|H|NAME)$")
 NUMERIC = re.compile(r"^\(*(\((size_t|int64_t|uint64_t|int)\))?[\d.]+[uUlLf]*(\s*<<\s*\d+)?\)*$")

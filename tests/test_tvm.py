@@ -582,8 +582,9 @@ def test_select_method():
     assert kt.select_method("rocm") == "relax"
     with pytest.raises(ValueError, match="not a CPU or cuda target"):
         kt.select_method("rocm", "native")
-    with pytest.raises(ValueError, match="not a CPU target"):
-        kt.select_dense_method("cuda", "native")
+    assert kt.select_dense_method("cuda", "native") == "native"  # convolutions, products
+    with pytest.raises(ValueError, match="not a CPU or cuda target"):
+        kt.select_dense_method("rocm", "native")
     with pytest.raises(NotImplementedError, match="macOS"):
         kt.select_method("llvm", "mps")
     with pytest.raises(NotImplementedError, match="macOS"):
