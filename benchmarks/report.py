@@ -51,7 +51,7 @@ SOURCES = [
     ("compile", "CUDA: the patched KModel compiled in a fresh process",
      ["compile_h200_patched_t64.json"]),
     ("tvm-cuda", "CUDA: the whole Kokoro from TVM CUDA artifacts vs PyTorch eager",
-     ["kokoro_tvm_cuda_h200.json"]),
+     ["kokoro_tvm_cuda_h200.json", "kokoro_tvm_cuda_h200_t256.json"]),
     ("cuda-dense", "CUDA: the engine's convolutions and products (TVM externs) vs PyTorch's",
      ["cuda_dense_h200.json"]),
 ]
@@ -289,25 +289,29 @@ def render_compile(docs: list, names: list, results_dir: str) -> list[str]:
     return lines + [""]
 
 
-def tvm_cuda_table(d: dict) -> list[str]:
-    """The runner's wall and GPU ms against PyTorch eager's, and the runner's GPU ms by op."""
-    eager = d["rows"][1]["median_ms"]
-    lines = [f"{d['device']} (torch {d['torch']}), {d['tokens']} tokens ({d['frames']} frames), "
-             f"one random Kokoro-82M (`{d['script'].split()[0]}`), wall ms per synthesis, medians "
-             f"and minima; GPU ms and launches of one synthesis (ncu, torch.profiler); audio "
-             f"within {d['audio_max_abs_err_vs_kmodel_cpu']:.1e} of KModel's on the CPU:", "",
-             "| variant | median ms | min ms | × eager | GPU ms | launches |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for r in d["rows"]:
-        gpu = "-" if r["gpu_ms"] is None else f"{r['gpu_ms']:.1f}"
-        lines.append(f"| {r['variant']} | {r['median_ms']:.1f} | {r['min_ms']:.1f} | "
-                     f"{eager / r['median_ms']:.2f}× | {gpu} | {r['launches'] or '-'} |")
-    ops = ", ".join(f"{o['op']} {o['ms']:.1f}" for o in d["runner_gpu_by_op"])
-    return lines + ["", f"The runner's GPU ms by op: {ops}."]
-
-
-def render_tvm_cuda(docs: list, names: list, results_dir: str) -> list[str]:
-    return tvm_cuda_table(docs[0]) + ["", f"`results/{names[0]}`.", ""]
+def tvm_cuda_table(docs: list) -> list[str]:
+    """Per token count: the runner's wall and GPU ms against PyTorch eager's, and the
+    runner's GPU ms by op where ncu ran."""
+    d = docs[0]
+    lines = [f"{d['device']} (torch {d['torch']}), one random Kokoro-82M "
+             f"(`{d['script'].split()[0]}`), wall ms per synthesis, medians and minima; GPU ms "
+             f"and launches of one synthesis (ncu, torch.profiler); audio against KModel's on "
+             f"the CPU:", "",
+             "| tokens (frames) | variant | median ms | min ms | × eager | GPU ms | launches |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    notes = []
+    for d in docs:
+        eager = d["rows"][1]["median_ms"]
+        for r in d["rows"]:
+            gpu = "-" if r["gpu_ms"] is None else f"{r['gpu_ms']:.1f}"
+            lines.append(f"| {d['tokens']} ({d['frames']}) | {r['variant']} | {r['median_ms']:.1f} | "
+                         f"{r['min_ms']:.1f} | {eager / r['median_ms']:.2f}× | {gpu} | "
+                         f"{r['launches'] or '-'} |")
+        notes.append(f"{d['tokens']} tokens: audio within {d['audio_max_abs_err_vs_kmodel_cpu']:.1e}")
+        if d.get("runner_gpu_by_op"):
+            ops = ", ".join(f"{o['op']} {o['ms']:.1f}" for o in d["runner_gpu_by_op"])
+            notes.append(f"the runner's GPU ms by op: {ops}")
+    return lines + ["", "; ".join(notes) + "."]
 
 
 def cuda_dense_table(d: dict) -> list[str]:
@@ -335,8 +339,15 @@ def block_cuda_dense(results_dir: str) -> list[str]:
     return cuda_dense_table(_load(results_dir, "cuda_dense_h200.json"))
 
 
+def render_tvm_cuda(docs: list, names: list, results_dir: str) -> list[str]:
+    return tvm_cuda_table(docs) + ["", ", ".join(f"`results/{n}`" for n in names) + ".", ""]
+
+
+TVM_CUDA_FILES = ["kokoro_tvm_cuda_h200.json", "kokoro_tvm_cuda_h200_t256.json"]
+
+
 def block_tvm_cuda(results_dir: str) -> list[str]:
-    return tvm_cuda_table(_load(results_dir, "kokoro_tvm_cuda_h200.json"))
+    return tvm_cuda_table([_load(results_dir, n) for n in TVM_CUDA_FILES])
 
 
 RENDER = {"tvm-cuda": render_tvm_cuda, "cuda-dense": render_cuda_dense, "compile": render_compile, "lstm": render_lstm, "procs": render_procs, "encoder": render_encoder,

@@ -299,7 +299,8 @@ def _by_op(kernels):
 def summary(args):
     runner = json.load(open(args.runner))
     torch_run = json.load(open(args.torch))["torch"]
-    meta, timing, kernels = runner["meta"], runner["runner_timing"], runner["runner_kernels"]
+    meta, timing = runner["meta"], runner["runner_timing"]
+    kernels = runner.get("runner_kernels")  # run --ncu
     calls = timing["calls_ms"][1:]
     calls.sort()
     eager_k = torch_run["eager_kernels"]
@@ -319,7 +320,7 @@ def summary(args):
              "median_ms": round(calls[len(calls) // 2] if len(calls) % 2 else
                                 (calls[len(calls) // 2 - 1] + calls[len(calls) // 2]) / 2, 3),
              "min_ms": round(calls[0], 3), "runs": len(calls),
-             "gpu_ms": kernels["total_ms"], "launches": kernels["launches"]},
+             "gpu_ms": kernels and kernels["total_ms"], "launches": kernels and kernels["launches"]},
             {"variant": "PyTorch eager", "median_ms": round(torch_run["eager"]["median_ms"], 3),
              "min_ms": round(torch_run["eager"]["min_ms"], 3), "runs": torch_run["eager"]["runs"],
              "gpu_ms": eager_k["total_ms"], "launches": eager_k["launches"]},
@@ -329,7 +330,7 @@ def summary(args):
              "runs": torch_run["patched"]["runs"], "gpu_ms": None, "launches": None}],
         "runner_stage_ms": timing["stage_ms"],
         "runner_first_call_ms": timing["calls_ms"][0],
-        "runner_gpu_by_op": _by_op(kernels),
+        "runner_gpu_by_op": _by_op(kernels) if kernels else None,
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
@@ -351,7 +352,7 @@ def main():
     r.add_argument("--ncu", action="store_true", help="the runner's kernels by ncu")
     r.add_argument("--skip-runner", action="store_true", help="PyTorch eager only")
     m = sub.add_parser("summary")
-    m.add_argument("runner", help="run's gpu_kokoro.json with --ncu")
+    m.add_argument("runner", help="run's gpu_kokoro.json (with --ncu: the GPU ms by op)")
     m.add_argument("torch", help="run --skip-runner's gpu_kokoro.json")
     m.add_argument("--out", required=True)
     for k in ("device", "driver", "torch-version", "date", "commit"):
