@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make test-gpu` on the lent GPU machine: build the extension there, run the GPU
-# test suite, the kernels under compute-sanitizer, and the CUDA benchmark.
+# test suite (the LSTM, the noise, the dense externs), the kernels under
+# compute-sanitizer, and the CUDA benchmark.
 # Logs (and the benchmark JSON) go to $OUT (default build-c/gpu). Wheels the
 # machine lacks may be carried in .whl/ (installed to /tmp/site first); the C++
 # runner's TVM CUDA artifacts in build-c/gpu-deploy (python tools/gpu_deploy.py
@@ -26,6 +27,9 @@ KOKORO_LSTM_BLAS=${KOKORO_LSTM_BLAS:-scipy-openblas32} KOKORO_LSTM_WERROR=1 \
   $PY setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "== pytest tests/test_cuda.py"
 timeout ${TEST_TIMEOUT:-300} $PY -m pytest -q -rs tests/test_cuda.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test_cuda.log" | tail -25
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+echo "== pytest tests/test_cuda_dense.py"
+timeout 120 $PY -m pytest -q -rs tests/test_cuda_dense.py 2>&1 | tee "$OUT/test_cuda_dense.log" | tail -5
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 if [ -z "${NO_SANITIZER:-}" ]; then
   for tool in memcheck racecheck synccheck; do
