@@ -28,6 +28,9 @@ import tvm_ffi  # noqa: E402
 import kokoro_lstm.tvm  # noqa: E402,F401  (registers the engine's functions)
 from kokoro_lstm.tvm import dense  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cuda import _timed  # noqa: E402
+
 # (name, cin, cout, ksize, stride, pad, dilation, width, transpose)
 CASES = [
     ("decoder 1090->1024 k3", 1090, 1024, 3, 1, 1, 1, 221, False),
@@ -71,14 +74,9 @@ def _torch(x, w, b, stride, pad, dil, transpose):
 
 
 def _time(fn, reps):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """ms per call of ``reps`` back-to-back calls after one warm-up (bench_cuda's timer)."""
     fn()
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
+    return _timed(fn, reps)
 
 
 def _timed(name, variants, args, err, gflop):

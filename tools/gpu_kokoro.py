@@ -23,6 +23,7 @@ import json
 import lzma
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -301,8 +302,7 @@ def summary(args):
     torch_run = json.load(open(args.torch))["torch"]
     meta, timing = runner["meta"], runner["runner_timing"]
     kernels = runner.get("runner_kernels")  # run --ncu
-    calls = timing["calls_ms"][1:]
-    calls.sort()
+    calls = sorted(timing["calls_ms"][1:])  # after the first (NVRTC, graph capture)
     eager_k = torch_run["eager_kernels"]
     out = {
         "question": "the whole Kokoro from TVM CUDA artifacts (kokoro_tts --device cuda) vs "
@@ -317,8 +317,7 @@ def summary(args):
         "fresh_noise_differs": runner.get("fresh_differs_from_seeded"),
         "rows": [
             {"variant": "TVM CUDA artifacts (kokoro_tts --device cuda)",
-             "median_ms": round(calls[len(calls) // 2] if len(calls) % 2 else
-                                (calls[len(calls) // 2 - 1] + calls[len(calls) // 2]) / 2, 3),
+             "median_ms": round(statistics.median(calls), 3),
              "min_ms": round(calls[0], 3), "runs": len(calls),
              "gpu_ms": kernels and kernels["total_ms"], "launches": kernels and kernels["launches"]},
             {"variant": "PyTorch eager", "median_ms": round(torch_run["eager"]["median_ms"], 3),
