@@ -29,7 +29,7 @@ import kokoro_lstm.tvm  # noqa: E402,F401  (registers the engine's functions)
 from kokoro_lstm.tvm import dense  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_cuda import _timed  # noqa: E402
+from bench_cuda import _timed as _event_timed  # noqa: E402
 
 # (name, cin, cout, ksize, stride, pad, dilation, width, transpose)
 CASES = [
@@ -76,7 +76,7 @@ def _torch(x, w, b, stride, pad, dil, transpose):
 def _time(fn, reps):
     """ms per call of ``reps`` back-to-back calls after one warm-up (bench_cuda's timer)."""
     fn()
-    return _timed(fn, reps)
+    return _event_timed(fn, reps)
 
 
 def _timed(name, variants, args, err, gflop):
