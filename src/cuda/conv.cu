@@ -31,6 +31,14 @@ __device__ __forceinline__ void kl_tf32_split(float x, u32& hi, u32& lo) {
   lo = kl_tf32_round(x - __uint_as_float(hi));
 }
 
+// four values' heads and tails, for one 16-byte store each
+__device__ __forceinline__ void kl_tf32_split4(float a, float b, float c, float d, uint4& hi, uint4& lo) {
+  kl_tf32_split(a, hi.x, lo.x);
+  kl_tf32_split(b, hi.y, lo.y);
+  kl_tf32_split(c, hi.z, lo.z);
+  kl_tf32_split(d, hi.w, lo.w);
+}
+
 __device__ __forceinline__ void kl_zero(float (&v)[2][4][4]) {
 #pragma unroll
   for (int i = 0; i < 2; i++)
@@ -89,9 +97,9 @@ __device__ __forceinline__ void kl_conv_tile(const kl_conv_params& p) {
   const bool a_ok = co < p.cout;
   const bool a_vec = !TR && R % 4 == 0 && ((unsigned long long)p.w & 15) == 0;
   // B's loader: k row kr, columns cb .. cb + 3 and 32 + cb .. 32 + cb + 3 (a quarter
-  // warp's 16-byte stores cover 32 banks); column col reads x at position
-  // pb + col cstep (pb: the row's tap, TR: base - tap); columns past wout read what
-  // is in x or zero, and are not stored
+  // warp's 16-byte stores cover 32 banks); the tile's column c reads x at position
+  // pcol + c cstep shifted by the row's tap; columns past wout read what is in x (or
+  // zero) and are not stored
   const int kr = tid >> 3, cb = (tid & 7) * 4;
   const int cstep = TR ? 1 : p.stride;
   const int pcol = TR ? u_lo + c0 : c0 * p.stride - p.pad;
@@ -157,19 +165,12 @@ __device__ __forceinline__ void kl_conv_tile(const kl_conv_params& p) {
   };
   auto store = [&](int buf) {
     uint4 h, l;
-    const int perm[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 #pragma unroll
-    for (int q = 0; q < 2; q++) {
-      kl_tf32_split(ra[perm[4 * q]], h.x, l.x);
-      kl_tf32_split(ra[perm[4 * q + 1]], h.y, l.y);
-      kl_tf32_split(ra[perm[4 * q + 2]], h.z, l.z);
-      kl_tf32_split(ra[perm[4 * q + 3]], h.w, l.w);
+    for (int q = 0; q < 2; q++) {  // A's k order 0 4 1 5 | 2 6 3 7
+      kl_tf32_split4(ra[q * 2], ra[q * 2 + 4], ra[q * 2 + 1], ra[q * 2 + 5], h, l);
       *reinterpret_cast<uint4*>(&Ah[buf][lr][kh + 4 * q]) = h;
       *reinterpret_cast<uint4*>(&Al[buf][lr][kh + 4 * q]) = l;
-      kl_tf32_split(rb[4 * q], h.x, l.x);
-      kl_tf32_split(rb[4 * q + 1], h.y, l.y);
-      kl_tf32_split(rb[4 * q + 2], h.z, l.z);
-      kl_tf32_split(rb[4 * q + 3], h.w, l.w);
+      kl_tf32_split4(rb[4 * q], rb[4 * q + 1], rb[4 * q + 2], rb[4 * q + 3], h, l);
       *reinterpret_cast<uint4*>(&Bh[buf][kr][cb + 32 * q]) = h;
       *reinterpret_cast<uint4*>(&Bl[buf][kr][cb + 32 * q]) = l;
     }
